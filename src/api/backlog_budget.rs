@@ -1,0 +1,545 @@
+//! `BacklogBudget` (`bb`): one consumer workload and its promise in time.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::validation::{
+    duration_at_least, duration_at_least_literal, non_negative_duration, positive_duration,
+};
+
+/// A consumer workload, the deadline its events must meet, and how the operator may scale it.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "backlog.dev",
+    version = "v1alpha1",
+    kind = "BacklogBudget",
+    namespaced,
+    status = "BacklogBudgetStatus",
+    shortname = "bb",
+    category = "backlog",
+    derive = "PartialEq",
+    doc = "A consumer workload and its promise in time: the oldest unfinished event must finish before completionDeadline.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.observed.replicas"),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desiredReplicas"),
+    printcolumn(name = "Partitions", type_ = "integer", json_path = ".status.observed.partitions"),
+    printcolumn(name = "Backlog", type_ = "number", json_path = ".status.observed.backlog"),
+    printcolumn(name = "Oldest", type_ = "string", json_path = ".status.observed.oldestUnfinishedAgeText", description = "Age of the oldest unfinished event"),
+    printcolumn(name = "Deadline", type_ = "string", json_path = ".spec.completionDeadline"),
+    printcolumn(name = "Drain", type_ = "string", json_path = ".status.drainTime", description = "Predicted time to drain the backlog at the current rates"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.explanation", priority = 1)
+)]
+#[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message("minReplicas must not exceed maxReplicas; lower minReplicas or raise maxReplicas").field_path(".minReplicas"))]
+#[x_kube(validation = Rule::new("has(self.partitionCount) != has(self.metrics.partitions)").message("give the partition count exactly once: either spec.partitionCount (a number) or spec.metrics.partitions (a PromQL query), not both and not neither"))]
+#[x_kube(validation = Rule::new("has(self.capacity) && has(self.capacity.perReplicaRate) || has(self.metrics.completionRate)").message("capacity.perReplicaRate is unset, so it is measured from metrics.completionRate, which is unset too; set one of them"))]
+#[serde(rename_all = "camelCase")]
+pub struct BacklogBudgetSpec {
+    /// The workload to scale; it must have a `/scale` subresource (Deployment, StatefulSet,
+    /// Argo Rollout, ...).
+    pub scale_target_ref: ScaleTargetRef,
+
+    /// Fewest replicas. Scale-to-zero is not supported: a stopped consumer cannot report the
+    /// age of its oldest unfinished event.
+    #[schemars(range(min = 1, max = 10000))]
+    pub min_replicas: i32,
+
+    /// Most replicas; the effective cap is also never above the partition count.
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_replicas: i32,
+
+    /// Descriptive labels shown in status and metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadInfo>,
+
+    /// Time from an event's creation to its business completion, e.g. 10m.
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = positive_duration("completionDeadline"))]
+    pub completion_deadline: String,
+
+    /// The RetryPolicy these consumers use (same namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_policy_ref: Option<LocalRef>,
+
+    /// Where to query; defaults to the operator's --prometheus-url.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusSource>,
+
+    /// PromQL expressions, each expected to return exactly one sample.
+    pub metrics: MetricQueries,
+
+    /// Fixed partition count, instead of the query metrics.partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub partition_count: Option<i32>,
+
+    /// How often the budget is evaluated (at least 1s).
+    #[serde(default = "default_poll_interval")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = duration_at_least_literal("pollInterval", "1s", "15s"))]
+    pub poll_interval: String,
+
+    /// Consumer capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Capacity>,
+
+    /// How scaling is paced.
+    #[serde(default)]
+    pub scaling: Scaling,
+
+    /// When the oldest age counts as a warning or critical, and who to tell.
+    #[serde(default)]
+    pub alerts: Alerts,
+
+    /// Event classes that can be paused when they keep failing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
+    pub event_classes: Vec<EventClass>,
+}
+
+pub(crate) fn default_poll_interval() -> String {
+    "15s".to_owned()
+}
+
+/// Reference to a workload with a `/scale` subresource.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleTargetRef {
+    /// e.g. apps/v1
+    #[serde(default = "default_target_api_version")]
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// e.g. Deployment, StatefulSet
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+fn default_target_api_version() -> String {
+    "apps/v1".to_owned()
+}
+
+/// Descriptive information about the consumer.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub event_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub consumer_group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub priority: Option<String>,
+}
+
+/// A reference to an object in the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LocalRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// A Prometheus server.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PrometheusSource {
+    /// Base URL, e.g. http://prometheus.monitoring:9090
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^\\\\s]+$')").message("prometheus.address must be an http:// or https:// URL such as http://prometheus.monitoring:9090"))]
+    pub address: String,
+}
+
+/// The PromQL the budget is evaluated from. Each must return exactly one sample; an empty
+/// result is missing data, never zero.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricQueries {
+    /// Unfinished events (e.g. summed consumer-group lag). Required.
+    #[schemars(length(min = 1, max = 4096))]
+    pub backlog: String,
+    /// Age in seconds of the oldest unfinished event. If absent, the operator estimates it from
+    /// backlog and completion rate and says so in status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub oldest_unfinished_age: Option<String>,
+    /// Events produced per second (λ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub produce_rate: Option<String>,
+    /// Events completed per second (μ) by the whole workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub completion_rate: Option<String>,
+    /// Retries per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub retry_rate: Option<String>,
+    /// Events quarantined per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub quarantine_rate: Option<String>,
+    /// Partition count, instead of spec.partitionCount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub partitions: Option<String>,
+}
+
+/// Consumer capacity.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Capacity {
+    /// Events per second one replica completes. If absent, measured as
+    /// completionRate / ready replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0").message("capacity.perReplicaRate must be greater than 0 (events per second one replica completes)"))]
+    pub per_replica_rate: Option<f64>,
+    /// Share of capacity kept for retries, in [0, 0.9]; default 0.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 0.9))]
+    pub reserved_retry_share: Option<f64>,
+}
+
+/// How scaling is paced. Every scale change costs a consumer-group rebalance.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Scaling {
+    /// How fast the backlog should drain when the deadline allows more; default 5m.
+    #[serde(default = "default_target_drain_time")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = positive_duration("scaling.targetDrainTime"))]
+    pub target_drain_time: String,
+    /// Time a higher recommendation must persist before scaling up; default 0s.
+    #[serde(default = "zero_duration")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = non_negative_duration("scaling.scaleUpStabilization"))]
+    pub scale_up_stabilization: String,
+    /// Time a lower recommendation must persist before scaling down; default 5m.
+    #[serde(default = "default_scale_down_stabilization")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = non_negative_duration("scaling.scaleDownStabilization"))]
+    pub scale_down_stabilization: String,
+    /// Most replicas added or removed in one change; default 0 means no limit.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 10000))]
+    pub max_step: i32,
+    /// How long consumption stops during a rebalance, e.g. 20s; the decision adds the events
+    /// that pile up meanwhile.
+    #[serde(default = "zero_duration")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = non_negative_duration("scaling.rebalanceCost"))]
+    pub rebalance_cost: String,
+}
+
+impl Default for Scaling {
+    fn default() -> Self {
+        Self {
+            target_drain_time: default_target_drain_time(),
+            scale_up_stabilization: zero_duration(),
+            scale_down_stabilization: default_scale_down_stabilization(),
+            max_step: 0,
+            rebalance_cost: zero_duration(),
+        }
+    }
+}
+
+fn default_target_drain_time() -> String {
+    "5m".to_owned()
+}
+fn default_scale_down_stabilization() -> String {
+    "5m".to_owned()
+}
+fn zero_duration() -> String {
+    "0s".to_owned()
+}
+
+/// Alert thresholds as fractions of the completion deadline, and who to tell.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.warningAt < self.criticalAt").message("alerts.warningAt must be below alerts.criticalAt").field_path(".warningAt"))]
+pub struct Alerts {
+    /// Oldest age / deadline at which the budget is AtRisk; default 0.5.
+    #[serde(default = "default_warning_at")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub warning_at: f64,
+    /// Oldest age / deadline at which the budget is Breaching; default 0.8.
+    #[serde(default = "default_critical_at")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub critical_at: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub runbook: Option<String>,
+}
+
+impl Default for Alerts {
+    fn default() -> Self {
+        Self {
+            warning_at: default_warning_at(),
+            critical_at: default_critical_at(),
+            owner: None,
+            runbook: None,
+        }
+    }
+}
+
+fn default_warning_at() -> f64 {
+    0.5
+}
+fn default_critical_at() -> f64 {
+    0.8
+}
+
+/// An event class that can be paused when it keeps failing.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EventClass {
+    /// Class name as consumers report it (e.g. the event type).
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$')").message("eventClasses[].name must be letters, digits, '.', '_' or '-', starting and ending with a letter or digit"))]
+    pub name: String,
+    /// PromQL: share of this class's executions that fail persistently, in [0, 1].
+    #[schemars(length(min = 1, max = 4096))]
+    pub failure_ratio: String,
+    /// PromQL: this class's executions per second (to ignore tiny samples).
+    #[schemars(length(min = 1, max = 4096))]
+    pub execution_rate: String,
+    /// Fewest executions per second before the breaker decides anything; default 1.
+    #[serde(default = "default_min_rate")]
+    #[schemars(range(min = 0.0))]
+    pub min_rate: f64,
+    /// PromQL: this class's backlog, taken out of the scaling input while it is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub backlog: Option<String>,
+    /// Auto lets the breaker decide; Paused and Active are manual overrides.
+    #[serde(default)]
+    pub mode: ClassMode,
+    /// When the breaker opens and how it probes.
+    #[serde(default)]
+    pub pause_policy: PausePolicy,
+}
+
+fn default_min_rate() -> f64 {
+    1.0
+}
+
+/// Who decides a class's state.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ClassMode {
+    #[default]
+    Auto,
+    Paused,
+    Active,
+}
+
+/// Class breaker parameters.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = duration_at_least("maxOpenDuration", "openDuration", "pausePolicy.maxOpenDuration must be at least pausePolicy.openDuration"))]
+pub struct PausePolicy {
+    /// Persistent-failure ratio at or above which the class counts as failing; default 0.5.
+    #[serde(default = "default_threshold")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub threshold: f64,
+    /// How long the ratio must stay at or above the threshold (and, when probing, healthy);
+    /// default 2m.
+    #[serde(default = "default_for", rename = "for")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = positive_duration("pausePolicy.for"))]
+    pub for_: String,
+    /// How long a paused class stays paused before probing; default 5m.
+    #[serde(default = "default_open_duration")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = positive_duration("pausePolicy.openDuration"))]
+    pub open_duration: String,
+    /// Longest pause after repeated failed probes (the open duration doubles); default 1h.
+    #[serde(default = "default_max_open_duration")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = positive_duration("pausePolicy.maxOpenDuration"))]
+    pub max_open_duration: String,
+    /// Share of the class's events consumers process while probing, in (0, 1]; default 0.1.
+    #[serde(default = "default_probe_ratio")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("pausePolicy.probeRatio must be in (0, 1]"))]
+    pub probe_ratio: f64,
+}
+
+impl Default for PausePolicy {
+    fn default() -> Self {
+        Self {
+            threshold: default_threshold(),
+            for_: default_for(),
+            open_duration: default_open_duration(),
+            max_open_duration: default_max_open_duration(),
+            probe_ratio: default_probe_ratio(),
+        }
+    }
+}
+
+fn default_threshold() -> f64 {
+    0.5
+}
+fn default_for() -> String {
+    "2m".to_owned()
+}
+fn default_open_duration() -> String {
+    "5m".to_owned()
+}
+fn default_max_open_duration() -> String {
+    "1h".to_owned()
+}
+fn default_probe_ratio() -> f64 {
+    0.1
+}
+
+/// The budget's health.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BudgetPhase {
+    /// Oldest age below the warning fraction of the deadline and the backlog drains in time.
+    Healthy,
+    /// Oldest age past the warning fraction, or the drain is predicted to miss the deadline.
+    AtRisk,
+    /// Oldest age past the critical fraction of the deadline.
+    Breaching,
+    /// Even the capped replica count cannot complete events faster than they arrive.
+    Undrainable,
+    /// A required query returned nothing usable: the operator holds the last decision.
+    MetricsUnavailable,
+    /// Another autoscaler owns the target: the operator does not write to it.
+    Conflict,
+    /// Something the API server could not check is wrong (e.g. the target does not exist).
+    Invalid,
+}
+
+/// Per-class breaker state.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClassState {
+    Active,
+    Paused,
+    Probing,
+}
+
+/// What the operator saw and decided.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BacklogBudgetStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BudgetPhase>,
+    /// The last complete set of inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<Observed>,
+    /// Predicted seconds to drain the backlog at the current rates; absent when it cannot drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_time_seconds: Option<f64>,
+    /// The same, readable (e.g. 4m10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+    /// One line: why the operator wants this many replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale: Option<LastScale>,
+    /// When the recommendation first fell below the current replicas, and the highest
+    /// recommendation since: the scale-down stabilization window, kept here so a restart
+    /// does not reset it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_down_pending: Option<PendingScale>,
+    /// Same for scale-up when scaleUpStabilization is set (lowest recommendation since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up_pending: Option<PendingScale>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paused_classes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
+    pub event_classes: Vec<EventClassStatus>,
+    /// Name of the consumer control document ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_document: Option<String>,
+    /// `MetricsAvailable`, `PartitionLimited`, `DeadlineAtRisk`, `ScalingActive`, `Conflict`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Inputs of the last evaluation.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Observed {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub produce_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine_rate: Option<f64>,
+    /// Seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_unfinished_age: Option<f64>,
+    /// The same, readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_unfinished_age_text: Option<String>,
+    /// True when no oldest-age query is configured and the age was estimated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oldest_age_estimated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Time>,
+}
+
+/// The last change the operator made to the target's replicas.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LastScale {
+    pub at: Time,
+    pub from: i32,
+    pub to: i32,
+    pub reason: String,
+}
+
+/// A recommendation waiting out its stabilization window.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingScale {
+    pub since: Time,
+    /// The recommendation to apply when the window has passed.
+    pub replicas: i32,
+}
+
+/// One event class's breaker state; also the breaker's memory across restarts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EventClassStatus {
+    pub name: String,
+    pub state: ClassState,
+    /// When the class entered this state.
+    pub since: Time,
+    /// Last failure ratio seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_ratio: Option<f64>,
+    /// Since when the ratio has been at or above the threshold (Active) or below it (Probing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition_since: Option<Time>,
+    /// The current pause length; doubles on each failed probe up to maxOpenDuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_duration: Option<String>,
+    /// Share of the class processed while probing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_ratio: Option<f64>,
+    /// Why the class is in this state, with the ratio that caused it.
+    pub message: String,
+}

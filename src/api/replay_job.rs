@@ -1,0 +1,304 @@
+//! `ReplayJob` (`rj`): a scoped, approved, audited replay of quarantined events.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::validation::non_negative_duration;
+
+/// RFC 3339 timestamps as CEL's `timestamp()` accepts them.
+const RFC3339_PATTERN: &str =
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$";
+
+/// Largest inline `scope.eventIds` list; longer lists go through `scope.eventIdsFrom`.
+pub const MAX_INLINE_EVENT_IDS: usize = 5000;
+
+/// A scoped, approved, rate-limited replay of dead-lettered events, run as Kubernetes Jobs.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "backlog.dev",
+    version = "v1alpha1",
+    kind = "ReplayJob",
+    namespaced,
+    status = "ReplayJobStatus",
+    shortname = "rj",
+    category = "backlog",
+    derive = "PartialEq",
+    doc = "A scoped replay of quarantined events: frozen scope, four-eyes approval, a canary batch, then rate-limited batches.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".spec.source.queue"),
+    printcolumn(name = "Events", type_ = "integer", json_path = ".status.scope.count"),
+    printcolumn(name = "Batches", type_ = "integer", json_path = ".status.batchesTotal"),
+    printcolumn(name = "Done", type_ = "integer", json_path = ".status.batchesSucceeded"),
+    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.batchesFailed"),
+    printcolumn(name = "Requested By", type_ = "string", json_path = ".spec.requestedBy"),
+    printcolumn(name = "Approved By", type_ = "string", json_path = ".spec.approval.approvedBy"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.message", priority = 1)
+)]
+#[x_kube(validation = Rule::new("!has(self.approval) || self.approval.approvedBy != self.requestedBy").message("approval.approvedBy must differ from requestedBy: a replay needs a second person's approval").field_path(".approval.approvedBy"))]
+#[x_kube(validation = Rule::new("self.requestedBy == oldSelf.requestedBy").message("requestedBy is immutable after creation").field_path(".requestedBy"))]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayJobSpec {
+    /// Where the quarantined events are read from.
+    pub source: QueueRef,
+    /// Where they are replayed to; default: the original topic or queue (the worker decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<QueueRef>,
+    /// Which events; frozen at admission and immutable afterwards.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("scope is immutable after creation; create a new ReplayJob for a different scope"))]
+    pub scope: ReplayScope,
+    /// Why the replay is needed.
+    #[schemars(length(min = 1, max = 1024))]
+    pub reason: String,
+    /// The user asking for the replay; must be the user creating it.
+    #[schemars(length(min = 1, max = 253))]
+    pub requested_by: String,
+    /// The fix that makes the replay safe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_cause_fix: Option<RootCauseFix>,
+    /// A second person's approval; set only by a member of the approvers group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+    /// Batching and rate limits.
+    pub batches: BatchSettings,
+    /// Suspends the running Job; false resumes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// PromQL checks that must hold after the canary (each must return a single sample that is
+    /// not 0, e.g. `sum(duplicate_side_effects_total) == 0`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
+    pub verification: Vec<VerificationCheck>,
+    /// Prometheus for the verification checks; defaults to the operator's --prometheus-url.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<super::backlog_budget::PrometheusSource>,
+    /// The worker's pod template: the team's replay tool image.
+    #[schemars(schema_with = "pod_template_schema")]
+    pub template: PodTemplateSpec,
+}
+
+/// The pod template is validated by the API server when the operator creates the Job, so the
+/// CRD keeps it opaque instead of embedding the whole PodSpec schema.
+fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "description": "A PodTemplateSpec for the replay worker; it must have at least one container.",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "required": ["spec"],
+        "properties": {
+            "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "spec": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "required": ["containers"],
+                "properties": {
+                    "containers": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// A topic or queue.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct QueueRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub queue: String,
+}
+
+/// Which events a replay covers.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.eventIds) && size(self.eventIds) > 0) || has(self.eventIdsFrom) || has(self.timeRange)").message("scope needs eventIds, eventIdsFrom or timeRange: a replay without a scope would replay everything"))]
+#[x_kube(validation = Rule::new("!(has(self.eventIds) && size(self.eventIds) > 0 && has(self.eventIdsFrom))").message("scope.eventIds and scope.eventIdsFrom are alternatives; give one of them"))]
+pub struct ReplayScope {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub event_type: Option<String>,
+    /// The exact event ids to replay (at most 5000; use eventIdsFrom for more).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5000), inner(length(min = 1, max = 253)))]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Set)]
+    pub event_ids: Vec<String>,
+    /// A ConfigMap key holding the ids, one per line; copied at admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_ids_from: Option<ConfigMapKeyRef>,
+    /// Events created in [from, to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_range: Option<TimeRange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub tenant: Option<String>,
+}
+
+/// A key of a ConfigMap in the replay's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConfigMapKeyRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A time window, RFC 3339.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+#[x_kube(validation = Rule::new(format!("!(self.from.matches('{RFC3339_PATTERN}') && self.to.matches('{RFC3339_PATTERN}')) || timestamp(self.from) < timestamp(self.to)")).message("scope.timeRange.from must be before scope.timeRange.to").field_path(".from"))]
+pub struct TimeRange {
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new(format!("self.matches('{RFC3339_PATTERN}')")).message("scope.timeRange.from must be an RFC 3339 time such as 2026-11-28T10:00:00Z"))]
+    pub from: String,
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new(format!("self.matches('{RFC3339_PATTERN}')")).message("scope.timeRange.to must be an RFC 3339 time such as 2026-11-28T12:00:00Z"))]
+    pub to: String,
+}
+
+/// The fix that makes a replay safe.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RootCauseFix {
+    /// A change, ticket or release reference.
+    #[schemars(length(min = 1, max = 1024))]
+    pub reference: String,
+    /// The fix is deployed and verified.
+    #[serde(default)]
+    pub verified: bool,
+}
+
+/// A second person's approval.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    /// Must be the user setting the approval, and not requestedBy.
+    #[schemars(length(min = 1, max = 253))]
+    pub approved_by: String,
+    /// A change or ticket reference for the audit trail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reference: Option<String>,
+}
+
+/// How the replay is cut and paced.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.canary <= self.size").message("batches.canary must not exceed batches.size").field_path(".canary"))]
+pub struct BatchSettings {
+    /// Events per batch.
+    #[schemars(range(min = 1, max = 100000))]
+    pub size: i32,
+    /// Events in the canary batch, replayed and verified before anything else.
+    #[schemars(range(min = 1, max = 100000))]
+    pub canary: i32,
+    /// Events per second the worker may replay.
+    #[x_kube(validation = Rule::new("self > 0.0").message("batches.ratePerSecond must be greater than 0"))]
+    pub rate_per_second: f64,
+    /// Pause between batches (the worker waits this long after each batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = non_negative_duration("batches.pauseBetween"))]
+    pub pause_between: Option<String>,
+    /// Retries per failed batch before the replay halts; default 0.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 10))]
+    pub retries_per_batch: i32,
+}
+
+/// A PromQL check that must hold after the canary.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct VerificationCheck {
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// PromQL returning one sample; the check holds when the value is non-zero
+    /// (write comparisons with `bool`, e.g. `sum(dup_total) == bool 0`).
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+}
+
+/// Where a replay is in its life.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReplayPhase {
+    AwaitingApproval,
+    Approved,
+    Canary,
+    Verifying,
+    Running,
+    Suspended,
+    Succeeded,
+    Failed,
+    Halted,
+}
+
+/// Audit trail and progress.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayJobStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ReplayPhase>,
+    /// One line: why the replay is in this phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Stable id of this replay operation, passed to the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<String>,
+    /// The frozen scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<FrozenScope>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batches_total: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batches_succeeded: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batches_failed: Option<i32>,
+    /// Each stage (canary, main): its Job and when it started and ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
+    pub stages: Vec<StageStatus>,
+    /// `Approved`, `Waiting`, `Halted`, ...
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// The scope as frozen at admission.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FrozenScope {
+    /// The immutable ConfigMap holding the ids, one per line.
+    pub config_map: String,
+    /// Number of event ids (0 for a time-range scope).
+    pub count: i32,
+    /// sha256 of the frozen id list.
+    pub sha256: String,
+    pub frozen_at: Time,
+}
+
+/// One stage of a replay.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StageStatus {
+    /// `canary` or `main`.
+    pub name: String,
+    pub job: String,
+    pub batches: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    #[serde(default)]
+    pub succeeded: i32,
+    #[serde(default)]
+    pub failed: i32,
+}

@@ -1,0 +1,5 @@
+//! backlog-operator: declarative retry policies, backlog budgets and approved replays for
+//! asynchronous consumers on Kubernetes.
+
+pub mod api;
+pub mod cli;
