@@ -1,0 +1,622 @@
+//! The BacklogBudget decision: from observed inputs, the previous decision and the time, how
+//! many replicas the consumer should have, the budget's phase, and why.
+//!
+//! Pure: the controller and the simulator call the same function.
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::budget_config::{BudgetConfig, PartitionSource};
+use super::drain::{
+    drain_seconds, drain_window, estimate_oldest_age, replicas_for, required_rate,
+};
+use super::format::{seconds, si};
+use super::metric_input::{MetricProblem, MissingInput, Observation, single_value};
+use super::stabilization::{Windows, seconds_between, stabilize};
+use crate::api::backlog_budget::BudgetPhase;
+use crate::api::conditions::{ConditionSpec, Truth};
+
+pub const METRICS_AVAILABLE: &str = "MetricsAvailable";
+pub const PARTITION_LIMITED: &str = "PartitionLimited";
+pub const DEADLINE_AT_RISK: &str = "DeadlineAtRisk";
+pub const SCALING_ACTIVE: &str = "ScalingActive";
+pub const CONFLICT: &str = "Conflict";
+
+/// One poll's inputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScalingInputs {
+    pub backlog: Observation,
+    /// `None` when `metrics.oldestUnfinishedAge` is not configured (the age is then estimated).
+    pub oldest_age: Option<Observation>,
+    /// `None` when not configured (λ is then estimated from the backlog trend).
+    pub produce_rate: Option<Observation>,
+    pub completion_rate: Option<Observation>,
+    pub retry_rate: Option<Observation>,
+    pub quarantine_rate: Option<Observation>,
+    /// `Some` when the partition count comes from a query.
+    pub partitions: Option<Observation>,
+    /// Backlog queries of paused event classes, taken out of the scaling input.
+    pub paused_class_backlogs: Vec<(String, Observation)>,
+    /// The target's `spec.replicas`.
+    pub current_replicas: u32,
+    /// The target's ready replicas, when known.
+    pub ready_replicas: Option<u32>,
+    /// Another autoscaler that owns the target, if any (names it).
+    pub conflict: Option<String>,
+}
+
+/// The previous observation, for estimating λ when no produce-rate query exists.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PreviousObservation {
+    pub at: Timestamp,
+    pub backlog: f64,
+}
+
+/// What the decision remembers between polls (kept in status).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScalingMemory {
+    pub previous: Option<PreviousObservation>,
+    pub windows: Windows,
+}
+
+/// The numbers the decision used.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UsedValues {
+    pub backlog: Option<f64>,
+    /// Backlog minus paused classes' backlog.
+    pub scaling_backlog: Option<f64>,
+    pub produce_rate: Option<f64>,
+    pub produce_rate_estimated: bool,
+    pub completion_rate: Option<f64>,
+    pub retry_rate: Option<f64>,
+    pub quarantine_rate: Option<f64>,
+    pub oldest_age: Option<f64>,
+    pub oldest_age_estimated: bool,
+    pub partitions: Option<u32>,
+    pub per_replica_rate: Option<f64>,
+    pub per_replica_rate_measured: bool,
+    pub replicas: u32,
+}
+
+/// A change to the target's replicas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScaleChange {
+    pub from: u32,
+    pub to: u32,
+    pub reason: String,
+}
+
+/// The outcome of one poll.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScalingDecision {
+    pub phase: BudgetPhase,
+    pub used: UsedValues,
+    /// Clamped recommendation before stabilization; `None` when holding.
+    pub recommendation: Option<u32>,
+    /// Replicas the target should have after this poll.
+    pub desired: u32,
+    pub change: Option<ScaleChange>,
+    pub drain_time_seconds: Option<f64>,
+    pub explanation: String,
+    pub conditions: Vec<ConditionSpec>,
+    pub memory: ScalingMemory,
+}
+
+/// Decides one poll.
+pub fn decide(
+    config: &BudgetConfig,
+    inputs: &ScalingInputs,
+    memory: &ScalingMemory,
+    now: Timestamp,
+) -> ScalingDecision {
+    let current = inputs.current_replicas;
+    if let Some(owner) = &inputs.conflict {
+        return conflict(current, owner, memory);
+    }
+    match gather(config, inputs, memory, now) {
+        Err((missing, used)) => metrics_unavailable(current, &missing, used, memory, now),
+        Ok(values) => scale(config, inputs, values, memory, now),
+    }
+}
+
+fn conflict(current: u32, owner: &str, memory: &ScalingMemory) -> ScalingDecision {
+    let message = format!(
+        "{owner} also scales this target; the budget does not write to it until that autoscaler is removed or points elsewhere"
+    );
+    ScalingDecision {
+        phase: BudgetPhase::Conflict,
+        used: UsedValues {
+            replicas: current,
+            ..UsedValues::default()
+        },
+        recommendation: None,
+        desired: current,
+        change: None,
+        drain_time_seconds: None,
+        explanation: message.clone(),
+        conditions: vec![
+            ConditionSpec::new(CONFLICT, Truth::True, "OtherAutoscaler", message.clone()),
+            ConditionSpec::new(SCALING_ACTIVE, Truth::False, "Conflict", message),
+        ],
+        memory: ScalingMemory {
+            previous: memory.previous,
+            windows: Windows::default(),
+        },
+    }
+}
+
+fn metrics_unavailable(
+    current: u32,
+    missing: &[MissingInput],
+    used: UsedValues,
+    memory: &ScalingMemory,
+    now: Timestamp,
+) -> ScalingDecision {
+    let problems = missing
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let reason = if missing
+        .iter()
+        .all(|m| matches!(m.problem, MetricProblem::QueryFailed(_)))
+    {
+        "QueryFailed"
+    } else {
+        "NoUsableData"
+    };
+    let hold = format!("holding {current} replicas until the metrics return (fail static)");
+    ScalingDecision {
+        phase: BudgetPhase::MetricsUnavailable,
+        recommendation: None,
+        desired: current,
+        change: None,
+        drain_time_seconds: None,
+        explanation: format!("{problems}; {hold}"),
+        conditions: vec![
+            ConditionSpec::new(METRICS_AVAILABLE, Truth::False, reason, problems.clone()),
+            ConditionSpec::new(SCALING_ACTIVE, Truth::False, "MetricsUnavailable", hold),
+            ConditionSpec::new(CONFLICT, Truth::False, "NoOtherAutoscaler", ""),
+        ],
+        // A scale-down window restarts after an outage: decisions are never made from data
+        // that was not seen.
+        memory: ScalingMemory {
+            previous: used
+                .backlog
+                .map(|backlog| PreviousObservation { at: now, backlog })
+                .or(memory.previous),
+            windows: Windows {
+                up: memory.windows.up,
+                down: None,
+            },
+        },
+        used,
+    }
+}
+
+/// The inputs, validated.
+struct Values {
+    used: UsedValues,
+    backlog: f64,
+    scaling_backlog: f64,
+    produce_rate: f64,
+    oldest_age: f64,
+    partitions: u32,
+    per_replica_rate: f64,
+    /// Measured capacity while the consumers were not saturated: a lower bound only.
+    capacity_is_lower_bound: bool,
+}
+
+fn gather(
+    config: &BudgetConfig,
+    inputs: &ScalingInputs,
+    memory: &ScalingMemory,
+    now: Timestamp,
+) -> Result<Values, (Vec<MissingInput>, UsedValues)> {
+    let mut missing = Vec::new();
+    let mut take = |field: &str, observation: &Observation| match single_value(observation) {
+        Ok(value) => Some(value),
+        Err(problem) => {
+            missing.push(MissingInput {
+                field: field.to_owned(),
+                problem,
+            });
+            None
+        }
+    };
+    let backlog = take("metrics.backlog", &inputs.backlog);
+    let oldest_age = inputs
+        .oldest_age
+        .as_ref()
+        .and_then(|o| take("metrics.oldestUnfinishedAge", o));
+    let produce_rate = inputs
+        .produce_rate
+        .as_ref()
+        .and_then(|o| take("metrics.produceRate", o));
+    let partitions = match (&config.partitions, &inputs.partitions) {
+        (PartitionSource::Fixed(count), _) => Some(*count),
+        (PartitionSource::Query, Some(observation)) => take("metrics.partitions", observation)
+            .and_then(|p| {
+                let count = p.floor();
+                if count >= 1.0 {
+                    Some(count.min(u32::MAX as f64) as u32)
+                } else {
+                    missing_push(&mut missing, "metrics.partitions", "returned fewer than 1 partition");
+                    None
+                }
+            }),
+        (PartitionSource::Query, None) => {
+            missing_push(&mut missing, "metrics.partitions", "was not queried");
+            None
+        }
+    };
+    let mut paused_backlog = 0.0;
+    for (class, observation) in &inputs.paused_class_backlogs {
+        let field = format!("eventClasses[{class}].backlog");
+        match single_value(observation) {
+            Ok(value) => paused_backlog += value,
+            Err(problem) => missing.push(MissingInput { field, problem }),
+        }
+    }
+    // Informational rates: a failure here is shown as absent, it does not block scaling.
+    let optional = |o: &Option<Observation>| o.as_ref().and_then(|o| single_value(o).ok());
+    let completion_rate = optional(&inputs.completion_rate);
+    let retry_rate = optional(&inputs.retry_rate);
+    let quarantine_rate = optional(&inputs.quarantine_rate);
+
+    let current = inputs.current_replicas;
+    let ready = inputs.ready_replicas.unwrap_or(current);
+    let mut used = UsedValues {
+        backlog,
+        scaling_backlog: backlog.map(|b| (b - paused_backlog).max(0.0)),
+        produce_rate,
+        completion_rate,
+        retry_rate,
+        quarantine_rate,
+        oldest_age,
+        partitions,
+        replicas: current,
+        ..UsedValues::default()
+    };
+
+    let (per_replica_rate, capacity_is_lower_bound) = match config.per_replica_rate {
+        Some(rate) => (Some(rate), false),
+        None => match (completion_rate, backlog) {
+            (Some(completed), Some(b)) if ready > 0 && completed > 0.0 => {
+                used.per_replica_rate_measured = true;
+                // Consumers with less than one poll of work waiting were idle part of the
+                // time, so what they completed understates what they could.
+                let saturated = b > completed * config.poll_interval_seconds;
+                (Some(completed / f64::from(ready)), !saturated)
+            }
+            _ => {
+                missing_push(
+                    &mut missing,
+                    "metrics.completionRate",
+                    "gave no usable completion rate with ready replicas, and capacity.perReplicaRate is unset, so capacity is unknown",
+                );
+                (None, false)
+            }
+        },
+    };
+    used.per_replica_rate = per_replica_rate;
+
+    let produce_rate = match (config.produce_rate_configured, produce_rate, backlog) {
+        (true, rate, _) => rate,
+        (false, _, Some(b)) => match memory.previous {
+            Some(previous) if seconds_between(previous.at, now) > 0.0 => {
+                let elapsed = seconds_between(previous.at, now);
+                let completing = completion_rate
+                    .or(per_replica_rate.map(|r| r * f64::from(ready)))
+                    .unwrap_or(0.0);
+                used.produce_rate_estimated = true;
+                Some((completing + (b - previous.backlog) / elapsed).max(0.0))
+            }
+            _ => {
+                missing_push(
+                    &mut missing,
+                    "metrics.produceRate",
+                    "is not configured and there is no earlier observation to estimate it from yet",
+                );
+                None
+            }
+        },
+        (false, _, None) => None,
+    };
+    used.produce_rate = produce_rate;
+
+    let oldest_age = match (config.oldest_age_configured, oldest_age) {
+        (true, age) => age,
+        (false, _) => match (backlog, produce_rate, per_replica_rate) {
+            (Some(b), Some(lambda), Some(rate)) => {
+                used.oldest_age_estimated = true;
+                Some(estimate_oldest_age(b, lambda, rate * f64::from(ready.max(1))))
+            }
+            _ => None,
+        },
+    };
+    used.oldest_age = oldest_age;
+
+    match (
+        backlog,
+        produce_rate,
+        oldest_age,
+        partitions,
+        per_replica_rate,
+        missing.is_empty(),
+    ) {
+        (Some(backlog), Some(produce_rate), Some(oldest_age), Some(partitions), Some(rate), true) => {
+            Ok(Values {
+                scaling_backlog: (backlog - paused_backlog).max(0.0),
+                backlog,
+                produce_rate,
+                oldest_age,
+                partitions,
+                per_replica_rate: rate,
+                capacity_is_lower_bound,
+                used,
+            })
+        }
+        _ => Err((missing, used)),
+    }
+}
+
+fn missing_push(missing: &mut Vec<MissingInput>, field: &str, reason: &str) {
+    missing.push(MissingInput {
+        field: field.to_owned(),
+        problem: MetricProblem::Unavailable(reason.to_owned()),
+    });
+}
+
+fn scale(
+    config: &BudgetConfig,
+    inputs: &ScalingInputs,
+    values: Values,
+    memory: &ScalingMemory,
+    now: Timestamp,
+) -> ScalingDecision {
+    let current = inputs.current_replicas;
+    let lambda = values.produce_rate;
+    let rate = values.per_replica_rate;
+    let capacity = rate * (1.0 - config.reserved_retry_share);
+    let cap = config.max_replicas.min(values.partitions);
+    let floor = config.min_replicas.min(cap);
+    let partition_bound = values.partitions <= config.max_replicas;
+
+    // Step 4: even every allowed replica cannot outpace arrivals.
+    let undrainable = f64::from(cap) * rate <= lambda && lambda > 0.0;
+
+    // Step 2: the completion rate that meets the deadline, and the replicas for it. Scaling up
+    // looks one poll and one rebalance ahead, so one larger step replaces several small ones.
+    let floor_seconds = config.poll_interval_seconds.max(1.0);
+    let needed_for = |backlog: f64, age: f64| -> u64 {
+        let window = drain_window(
+            config.target_drain_seconds,
+            config.deadline_seconds,
+            age,
+            floor_seconds,
+        );
+        replicas_for(required_rate(lambda, backlog, window), capacity)
+    };
+    let mut raw = needed_for(values.scaling_backlog, values.oldest_age);
+    if raw > u64::from(current) {
+        let lookahead = config.poll_interval_seconds + config.rebalance_cost_seconds;
+        let growth = (lambda - f64::from(current) * capacity).max(0.0) * lookahead;
+        // While rebalancing nobody consumes: what arrives meanwhile must be drained too.
+        let paused_arrivals = lambda * config.rebalance_cost_seconds;
+        raw = raw.max(needed_for(
+            values.scaling_backlog + growth + paused_arrivals,
+            values.oldest_age + lookahead,
+        ));
+    }
+    let limited_by_partitions = raw > u64::from(cap) && partition_bound;
+    let mut recommendation = raw.clamp(u64::from(floor), u64::from(cap)) as u32;
+    if undrainable {
+        recommendation = cap;
+    }
+    if values.capacity_is_lower_bound {
+        // An idle consumer's measured rate says nothing about more load; do not add replicas on it.
+        recommendation = recommendation.min(current.max(floor));
+    }
+
+    // Step 5: pace the change. Out-of-bounds replicas are corrected at once; otherwise the
+    // stabilization windows apply from there, except that an event already past the critical fraction
+    // of its deadline does not wait for scale-up stabilization.
+    let urgent = values.oldest_age >= config.critical_at * config.deadline_seconds || undrainable;
+    let bounded = current.clamp(floor, cap);
+    let up_window = if urgent {
+        0.0
+    } else {
+        config.scale_up_stabilization_seconds
+    };
+    let stabilized = stabilize(
+        bounded,
+        recommendation,
+        memory.windows,
+        up_window,
+        config.scale_down_stabilization_seconds,
+        now,
+    );
+    let (windows, waiting) = (stabilized.windows, stabilized.waiting_seconds);
+    let mut target = stabilized.replicas;
+    if config.max_step > 0 {
+        target = if target > bounded {
+            target.min(bounded.saturating_add(config.max_step))
+        } else {
+            target.max(bounded.saturating_sub(config.max_step))
+        };
+    }
+
+    // Drain prediction at the capacity the workload has now.
+    let completing_now = match values.used.completion_rate {
+        Some(observed) if values.backlog > observed * config.poll_interval_seconds => observed,
+        _ => f64::from(current) * capacity,
+    };
+    let drain_now = if undrainable {
+        None
+    } else {
+        drain_seconds(values.scaling_backlog, lambda, completing_now)
+    };
+
+    let ratio = values.oldest_age / config.deadline_seconds;
+    let phase = if undrainable {
+        BudgetPhase::Undrainable
+    } else if ratio >= config.critical_at {
+        BudgetPhase::Breaching
+    } else if ratio >= config.warning_at || drain_now.is_none() {
+        BudgetPhase::AtRisk
+    } else {
+        BudgetPhase::Healthy
+    };
+
+    let mut explanation = format!(
+        "backlog {}, λ {}/s{}, μ/replica {}/s{} → need {raw}",
+        si(values.scaling_backlog),
+        si(lambda),
+        if values.used.produce_rate_estimated {
+            " (estimated)"
+        } else {
+            ""
+        },
+        si(rate),
+        if values.used.per_replica_rate_measured {
+            " (measured)"
+        } else {
+            ""
+        },
+    );
+    if undrainable {
+        explanation = format!(
+            "λ {}/s is at or above the most {cap} replicas can complete ({cap} × {}/s = {}/s): the backlog can never catch up; add partitions or speed up the consumer",
+            si(lambda),
+            si(rate),
+            si(f64::from(cap) * rate)
+        );
+    } else if limited_by_partitions {
+        explanation.push_str(&format!(", capped at {} partitions", values.partitions));
+    } else if u64::from(recommendation) != raw {
+        explanation.push_str(&format!(
+            ", kept within [{floor}, {cap}] replicas"
+        ));
+    }
+    if let Some(wait) = waiting {
+        explanation.push_str(&format!(
+            "; {} to {recommendation} waits {} more (stabilization)",
+            if recommendation < current { "scaling down" } else { "scaling up" },
+            seconds(wait)
+        ));
+    }
+
+    let change = (target != current).then(|| ScaleChange {
+        from: current,
+        to: target,
+        reason: explanation.clone(),
+    });
+
+    let conditions = vec![
+        ConditionSpec::new(METRICS_AVAILABLE, Truth::True, "AllQueriesAnswered", metrics_message(&values.used)),
+        if limited_by_partitions || (undrainable && partition_bound) {
+            ConditionSpec::new(
+                PARTITION_LIMITED,
+                Truth::True,
+                "AtPartitionCount",
+                format!(
+                    "{raw} replicas would be needed but there are only {} partitions: more consumers cannot help; add partitions or speed up the consumer",
+                    values.partitions
+                ),
+            )
+        } else {
+            ConditionSpec::new(PARTITION_LIMITED, Truth::False, "BelowPartitionCount", "")
+        },
+        deadline_condition(phase, values.oldest_age, ratio, config, &explanation),
+        ConditionSpec::new(
+            SCALING_ACTIVE,
+            Truth::True,
+            match &change {
+                Some(c) if c.to > c.from => "ScaledUp",
+                Some(_) => "ScaledDown",
+                None if waiting.is_some() => "Stabilizing",
+                None => "Steady",
+            },
+            format!("{target} replicas: {explanation}"),
+        ),
+        ConditionSpec::new(CONFLICT, Truth::False, "NoOtherAutoscaler", ""),
+    ];
+
+    ScalingDecision {
+        phase,
+        recommendation: Some(recommendation),
+        desired: target,
+        change,
+        drain_time_seconds: drain_now,
+        explanation,
+        conditions,
+        memory: ScalingMemory {
+            previous: Some(PreviousObservation {
+                at: now,
+                backlog: values.backlog,
+            }),
+            windows,
+        },
+        used: values.used,
+    }
+}
+
+fn metrics_message(used: &UsedValues) -> String {
+    let mut notes = Vec::new();
+    if used.oldest_age_estimated {
+        notes.push("oldest unfinished age is estimated as backlog / λ because metrics.oldestUnfinishedAge is not set; export it from the consumer for a real value");
+    }
+    if used.produce_rate_estimated {
+        notes.push("λ is estimated from the backlog trend because metrics.produceRate is not set");
+    }
+    if used.per_replica_rate_measured {
+        notes.push("per-replica rate is measured as completionRate / ready replicas");
+    }
+    if notes.is_empty() {
+        "every query returned one sample".to_owned()
+    } else {
+        notes.join("; ")
+    }
+}
+
+fn deadline_condition(
+    phase: BudgetPhase,
+    oldest_age: f64,
+    ratio: f64,
+    config: &BudgetConfig,
+    explanation: &str,
+) -> ConditionSpec {
+    let age = format!(
+        "oldest unfinished event is {} old, {:.0}% of the {} deadline",
+        seconds(oldest_age),
+        ratio * 100.0,
+        seconds(config.deadline_seconds)
+    );
+    match phase {
+        BudgetPhase::Undrainable => ConditionSpec::new(
+            DEADLINE_AT_RISK,
+            Truth::True,
+            "Undrainable",
+            format!("{age}; {explanation}"),
+        ),
+        BudgetPhase::Breaching => ConditionSpec::new(
+            DEADLINE_AT_RISK,
+            Truth::True,
+            "PastCriticalThreshold",
+            age,
+        ),
+        BudgetPhase::AtRisk if ratio >= config.warning_at => {
+            ConditionSpec::new(DEADLINE_AT_RISK, Truth::True, "PastWarningThreshold", age)
+        }
+        BudgetPhase::AtRisk => ConditionSpec::new(
+            DEADLINE_AT_RISK,
+            Truth::True,
+            "BacklogGrowing",
+            format!("{age}; the backlog grows at the current capacity"),
+        ),
+        _ => ConditionSpec::new(DEADLINE_AT_RISK, Truth::False, "WithinBudget", age),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,354 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn at(s: i64) -> Timestamp {
+    Timestamp::from_second(s).unwrap()
+}
+
+fn config() -> BudgetConfig {
+    BudgetConfig {
+        min_replicas: 1,
+        max_replicas: 20,
+        deadline_seconds: 600.0,
+        poll_interval_seconds: 15.0,
+        target_drain_seconds: 300.0,
+        scale_up_stabilization_seconds: 0.0,
+        scale_down_stabilization_seconds: 300.0,
+        max_step: 0,
+        rebalance_cost_seconds: 0.0,
+        per_replica_rate: Some(250.0),
+        reserved_retry_share: 0.0,
+        warning_at: 0.5,
+        critical_at: 0.8,
+        partitions: PartitionSource::Fixed(12),
+        oldest_age_configured: true,
+        produce_rate_configured: true,
+        completion_rate_configured: false,
+    }
+}
+
+fn value(v: f64) -> Observation {
+    Observation::Samples(vec![v])
+}
+
+fn inputs(backlog: f64, lambda: f64, age: f64, replicas: u32) -> ScalingInputs {
+    ScalingInputs {
+        backlog: value(backlog),
+        oldest_age: Some(value(age)),
+        produce_rate: Some(value(lambda)),
+        completion_rate: None,
+        retry_rate: None,
+        quarantine_rate: None,
+        partitions: None,
+        paused_class_backlogs: vec![],
+        current_replicas: replicas,
+        ready_replicas: Some(replicas),
+        conflict: None,
+    }
+}
+
+#[test]
+fn steady_load_needs_lambda_over_capacity() {
+    let d = decide(&config(), &inputs(0.0, 1000.0, 1.0, 4), &ScalingMemory::default(), at(0));
+    assert_eq!(d.phase, BudgetPhase::Healthy);
+    assert_eq!(d.desired, 4);
+    assert_eq!(d.change, None);
+}
+
+#[test]
+fn explanation_names_the_numbers_and_the_partition_cap() {
+    let mut c = config();
+    c.partitions = PartitionSource::Fixed(6);
+    let d = decide(&c, &inputs(182_000.0, 1400.0, 60.0, 2), &ScalingMemory::default(), at(0));
+    assert_eq!(d.desired, 6);
+    assert!(d.explanation.starts_with("backlog 182k, λ 1.4k/s, μ/replica 250/s → need"), "{}", d.explanation);
+    assert!(d.explanation.contains("capped at 6 partitions"), "{}", d.explanation);
+    let limited = d.conditions.iter().find(|c| c.type_ == PARTITION_LIMITED).unwrap();
+    assert_eq!(limited.status, Truth::True);
+    assert!(limited.message.contains("more consumers cannot help"));
+}
+
+#[test]
+fn burst_scales_up_in_one_step() {
+    // 60k behind at λ 1000/s with 5m to drain → 1200/s → 5 replicas of 250/s.
+    let d = decide(&config(), &inputs(60_000.0, 1000.0, 30.0, 4), &ScalingMemory::default(), at(0));
+    assert!(d.desired >= 5, "{d:?}");
+    let change = d.change.unwrap();
+    assert_eq!(change.from, 4);
+}
+
+#[test]
+fn deadline_close_shrinks_the_window() {
+    let relaxed = decide(&config(), &inputs(60_000.0, 1000.0, 30.0, 4), &ScalingMemory::default(), at(0));
+    let urgent = decide(&config(), &inputs(60_000.0, 1000.0, 550.0, 4), &ScalingMemory::default(), at(0));
+    assert!(urgent.desired > relaxed.desired);
+    assert_eq!(urgent.phase, BudgetPhase::Breaching);
+}
+
+#[test]
+fn breached_deadline_asks_for_the_cap() {
+    let d = decide(&config(), &inputs(60_000.0, 1000.0, 900.0, 4), &ScalingMemory::default(), at(0));
+    assert_eq!(d.desired, 12);
+    assert_eq!(d.phase, BudgetPhase::Breaching);
+}
+
+#[test]
+fn undrainable_when_the_cap_cannot_outpace_arrivals() {
+    let mut c = config();
+    c.partitions = PartitionSource::Fixed(6);
+    let d = decide(&c, &inputs(0.0, 1500.0, 1.0, 2), &ScalingMemory::default(), at(0));
+    assert_eq!(d.phase, BudgetPhase::Undrainable);
+    assert_eq!(d.desired, 6);
+    assert!(d.explanation.contains("can never catch up"), "{}", d.explanation);
+    assert_eq!(d.drain_time_seconds, None);
+}
+
+#[test]
+fn empty_backlog_query_holds_and_names_the_query() {
+    let mut i = inputs(0.0, 100.0, 1.0, 7);
+    i.backlog = Observation::Samples(vec![]);
+    let d = decide(&config(), &i, &ScalingMemory::default(), at(0));
+    assert_eq!(d.phase, BudgetPhase::MetricsUnavailable);
+    assert_eq!(d.desired, 7);
+    assert_eq!(d.change, None);
+    let metrics = d.conditions.iter().find(|c| c.type_ == METRICS_AVAILABLE).unwrap();
+    assert_eq!(metrics.status, Truth::False);
+    assert!(metrics.message.contains("spec.metrics.backlog returned no sample"), "{}", metrics.message);
+}
+
+#[test]
+fn unreachable_prometheus_holds() {
+    let failed = || Observation::Failed("connection refused".into());
+    let mut i = inputs(0.0, 0.0, 0.0, 3);
+    i.backlog = failed();
+    i.oldest_age = Some(failed());
+    i.produce_rate = Some(failed());
+    let d = decide(&config(), &i, &ScalingMemory::default(), at(0));
+    assert_eq!(d.phase, BudgetPhase::MetricsUnavailable);
+    assert_eq!(d.desired, 3);
+    let metrics = d.conditions.iter().find(|c| c.type_ == METRICS_AVAILABLE).unwrap();
+    assert_eq!(metrics.reason, "QueryFailed");
+}
+
+#[test]
+fn conflict_hands_off() {
+    let mut i = inputs(1e6, 1000.0, 500.0, 3);
+    i.conflict = Some("HorizontalPodAutoscaler orders".into());
+    let d = decide(&config(), &i, &ScalingMemory::default(), at(0));
+    assert_eq!(d.phase, BudgetPhase::Conflict);
+    assert_eq!(d.change, None);
+    assert_eq!(d.desired, 3);
+}
+
+#[test]
+fn scale_down_waits_for_the_window() {
+    let c = config();
+    let first = decide(&c, &inputs(0.0, 250.0, 1.0, 10), &ScalingMemory::default(), at(0));
+    assert_eq!(first.desired, 10);
+    assert!(first.explanation.contains("waits"), "{}", first.explanation);
+    let second = decide(&c, &inputs(0.0, 250.0, 1.0, 10), &first.memory, at(299));
+    assert_eq!(second.desired, 10);
+    let third = decide(&c, &inputs(0.0, 250.0, 1.0, 10), &second.memory, at(300));
+    assert_eq!(third.desired, 1);
+}
+
+#[test]
+fn max_step_bounds_a_change() {
+    let mut c = config();
+    c.max_step = 2;
+    let d = decide(&c, &inputs(0.0, 2500.0, 1.0, 4), &ScalingMemory::default(), at(0));
+    assert_eq!(d.desired, 6);
+}
+
+#[test]
+fn oldest_age_is_estimated_when_not_configured() {
+    let mut c = config();
+    c.oldest_age_configured = false;
+    let mut i = inputs(30_000.0, 1000.0, 0.0, 4);
+    i.oldest_age = None;
+    let d = decide(&c, &i, &ScalingMemory::default(), at(0));
+    assert_eq!(d.used.oldest_age, Some(30.0));
+    assert!(d.used.oldest_age_estimated);
+    let metrics = d.conditions.iter().find(|c| c.type_ == METRICS_AVAILABLE).unwrap();
+    assert!(metrics.message.contains("estimated"));
+}
+
+#[test]
+fn produce_rate_is_estimated_from_the_trend_and_missing_on_the_first_poll() {
+    let mut c = config();
+    c.produce_rate_configured = false;
+    let mut i = inputs(10_000.0, 0.0, 10.0, 4);
+    i.produce_rate = None;
+    let first = decide(&c, &i, &ScalingMemory::default(), at(0));
+    assert_eq!(first.phase, BudgetPhase::MetricsUnavailable);
+    i.backlog = value(13_000.0);
+    let second = decide(&c, &i, &first.memory, at(10));
+    // 4 × 250/s completing plus 300/s of growth.
+    assert_eq!(second.used.produce_rate, Some(1300.0));
+    assert!(second.used.produce_rate_estimated);
+}
+
+#[test]
+fn paused_class_backlog_is_not_chased() {
+    let mut i = inputs(100_000.0, 250.0, 30.0, 2);
+    i.paused_class_backlogs = vec![("broken".into(), value(100_000.0))];
+    let d = decide(&config(), &i, &ScalingMemory::default(), at(0));
+    assert_eq!(d.used.scaling_backlog, Some(0.0));
+    assert!(d.desired <= 2, "{d:?}");
+}
+
+#[test]
+fn measured_capacity_of_idle_consumers_does_not_scale_up() {
+    let mut c = config();
+    c.per_replica_rate = None;
+    let mut i = inputs(10.0, 900.0, 1.0, 4);
+    i.completion_rate = Some(value(900.0));
+    let d = decide(&c, &i, &ScalingMemory::default(), at(0));
+    assert!(d.used.per_replica_rate_measured);
+    assert!(d.desired <= 4);
+}
+
+#[test]
+fn replicas_above_the_cap_are_corrected_at_once() {
+    let d = decide(&config(), &inputs(0.0, 10.0, 1.0, 30), &ScalingMemory::default(), at(0));
+    assert_eq!(d.desired, 12);
+}
+
+fn bad_observation() -> impl Strategy<Value = Observation> {
+    prop_oneof![
+        Just(Observation::Samples(vec![])),
+        Just(Observation::Samples(vec![f64::NAN])),
+        Just(Observation::Samples(vec![f64::INFINITY])),
+        Just(Observation::Samples(vec![f64::NEG_INFINITY])),
+        (-1e9..-1e-9f64).prop_map(|v| Observation::Samples(vec![v])),
+        prop::collection::vec(0.0..1e6f64, 2..5).prop_map(Observation::Samples),
+        "[a-z ]{1,20}".prop_map(Observation::Failed),
+    ]
+}
+
+fn any_config() -> impl Strategy<Value = BudgetConfig> {
+    (
+        1u32..10,
+        0u32..40,
+        1u32..64,
+        60.0..3600.0f64,
+        10.0..1200.0f64,
+        0.0..600.0f64,
+        0u32..6,
+        1.0..500.0f64,
+        0.0..0.5f64,
+        0.0..60.0f64,
+    )
+        .prop_map(
+            |(min, extra, partitions, deadline, drain, down, step, rate, share, rebalance)| {
+                BudgetConfig {
+                    min_replicas: min,
+                    max_replicas: min + extra,
+                    deadline_seconds: deadline,
+                    target_drain_seconds: drain,
+                    scale_down_stabilization_seconds: down,
+                    max_step: step,
+                    per_replica_rate: Some(rate),
+                    reserved_retry_share: share,
+                    rebalance_cost_seconds: rebalance,
+                    partitions: PartitionSource::Fixed(partitions),
+                    ..config()
+                }
+            },
+        )
+}
+
+fn cap_of(c: &BudgetConfig) -> u32 {
+    match c.partitions {
+        PartitionSource::Fixed(p) => c.max_replicas.min(p),
+        PartitionSource::Query => c.max_replicas,
+    }
+}
+
+proptest! {
+    #[test]
+    fn recommendation_stays_within_bounds(
+        c in any_config(),
+        backlog in 0.0..1e7f64,
+        lambda in 0.0..1e5f64,
+        age in 0.0..1e4f64,
+        current in 1u32..64,
+    ) {
+        let d = decide(&c, &inputs(backlog, lambda, age, current), &ScalingMemory::default(), at(0));
+        let cap = cap_of(&c);
+        let rec = d.recommendation.unwrap();
+        prop_assert!(rec <= cap);
+        prop_assert!(rec >= c.min_replicas.min(cap));
+        // Whatever the current replicas, the decision never asks for more than the cap.
+        prop_assert!(d.desired <= cap.max(current.min(cap)));
+        if current <= cap && current >= c.min_replicas.min(cap) {
+            prop_assert!(d.desired >= c.min_replicas.min(cap));
+        }
+    }
+
+    #[test]
+    fn unusable_inputs_never_change_anything(
+        c in any_config(),
+        bad in bad_observation(),
+        which in 0usize..3,
+        current in 1u32..64,
+        backlog in 0.0..1e7f64,
+    ) {
+        let mut i = inputs(backlog, 100.0, 10.0, current);
+        match which {
+            0 => i.backlog = bad,
+            1 => i.oldest_age = Some(bad),
+            _ => i.produce_rate = Some(bad),
+        }
+        let d = decide(&c, &i, &ScalingMemory::default(), at(0));
+        prop_assert_eq!(d.phase, BudgetPhase::MetricsUnavailable);
+        prop_assert_eq!(d.change, None);
+        prop_assert_eq!(d.desired, current);
+    }
+
+    #[test]
+    fn no_scale_down_inside_the_window(
+        c in any_config(),
+        current in 2u32..64,
+        elapsed in 0.0..1.0f64,
+    ) {
+        let cap = cap_of(&c);
+        prop_assume!(current <= cap && c.scale_down_stabilization_seconds >= 1.0);
+        let idle = inputs(0.0, 0.0, 0.0, current);
+        let first = decide(&c, &idle, &ScalingMemory::default(), at(0));
+        let later = (elapsed * (c.scale_down_stabilization_seconds - 1.0)) as i64;
+        let second = decide(&c, &idle, &first.memory, at(later));
+        prop_assert!(first.desired >= current);
+        prop_assert!(second.desired >= current);
+    }
+
+    #[test]
+    fn desired_is_monotone_in_backlog_and_age(
+        c in any_config(),
+        backlog in 0.0..1e6f64,
+        more in 0.0..1e6f64,
+        age in 0.0..3600.0f64,
+        older in 0.0..3600.0f64,
+        lambda in 0.0..1e4f64,
+        current in 1u32..64,
+    ) {
+        let m = ScalingMemory::default();
+        let base = decide(&c, &inputs(backlog, lambda, age, current), &m, at(0));
+        let bigger = decide(&c, &inputs(backlog + more, lambda, age, current), &m, at(0));
+        let aged = decide(&c, &inputs(backlog, lambda, age + older, current), &m, at(0));
+        prop_assert!(bigger.recommendation >= base.recommendation);
+        prop_assert!(aged.recommendation >= base.recommendation);
+    }
+
+    #[test]
+    fn undrainable_exactly_when_the_capped_capacity_cannot_exceed_lambda(
+        c in any_config(),
+        lambda in 0.0..1e5f64,
+        current in 1u32..64,
+    ) {
+        let d = decide(&c, &inputs(0.0, lambda, 0.0, current), &ScalingMemory::default(), at(0));
+        let capped = f64::from(cap_of(&c)) * c.per_replica_rate.unwrap();
+        prop_assert_eq!(d.phase == BudgetPhase::Undrainable, lambda > 0.0 && capped <= lambda);
+    }
+}
