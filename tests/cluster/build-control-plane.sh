@@ -15,19 +15,23 @@ log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 
 # A binary is reused only when it exists and reports the pinned version, so a
 # half-written file from an interrupted build is rebuilt, not trusted.
+# The output is captured before matching: `cmd | grep -q` under pipefail fails
+# whenever grep exits first and cmd dies of SIGPIPE, which rebuilt good binaries.
 have() {
-  local bin=$1 want=$2
+  local bin=$1 want=$2 out
   [ -x "$bin_dir/$bin" ] || return 1
   case $bin in
-    kube-apiserver) "$bin_dir/$bin" --version 2>/dev/null | grep -q "v$want" ;;
-    kubectl) "$bin_dir/$bin" version --client 2>/dev/null | grep -q "v$want" ;;
-    etcd) "$bin_dir/$bin" --version 2>/dev/null | grep -q "etcd Version: $want" ;;
+    kube-apiserver) out=$("$bin_dir/$bin" --version 2>/dev/null) && [[ $out == *"v$want"* ]] ;;
+    kubectl) out=$("$bin_dir/$bin" version --client 2>/dev/null) && [[ $out == *"v$want"* ]] ;;
+    etcd) out=$("$bin_dir/$bin" --version 2>/dev/null) && [[ $out == *"etcd Version: $want"* ]] ;;
   esac
 }
 
 export CGO_ENABLED=0
 # Go keeps its module and build caches in its default places (outside the clone).
-export GOFLAGS=-mod=mod
+# -mod=readonly: the committed go.mod and go.sum are complete; a build must
+# never rewrite files in the clone.
+export GOFLAGS=-mod=readonly
 
 minor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
 kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$KUBERNETES_VERSION \
