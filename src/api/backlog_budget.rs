@@ -9,6 +9,8 @@ use super::validation::{
 };
 
 /// A consumer workload, the deadline its events must meet, and how the operator may scale it.
+// kube-derive repeats `printcolumn(type_ = ...)` attributes by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "backlog.dev",
@@ -21,15 +23,54 @@ use super::validation::{
     derive = "PartialEq",
     doc = "A consumer workload and its promise in time: the oldest unfinished event must finish before completionDeadline.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.observed.replicas"),
-    printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desiredReplicas"),
-    printcolumn(name = "Partitions", type_ = "integer", json_path = ".status.observed.partitions"),
-    printcolumn(name = "Backlog", type_ = "number", json_path = ".status.observed.backlog"),
-    printcolumn(name = "Oldest", type_ = "string", json_path = ".status.observed.oldestUnfinishedAgeText", description = "Age of the oldest unfinished event"),
-    printcolumn(name = "Deadline", type_ = "string", json_path = ".spec.completionDeadline"),
-    printcolumn(name = "Drain", type_ = "string", json_path = ".status.drainTime", description = "Predicted time to drain the backlog at the current rates"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.explanation", priority = 1)
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.observed.replicas"
+    ),
+    printcolumn(
+        name = "Desired",
+        type_ = "integer",
+        json_path = ".status.desiredReplicas"
+    ),
+    printcolumn(
+        name = "Partitions",
+        type_ = "integer",
+        json_path = ".status.observed.partitions"
+    ),
+    printcolumn(
+        name = "Backlog",
+        type_ = "number",
+        json_path = ".status.observed.backlog"
+    ),
+    printcolumn(
+        name = "Oldest",
+        type_ = "string",
+        json_path = ".status.observed.oldestUnfinishedAgeText",
+        description = "Age of the oldest unfinished event"
+    ),
+    printcolumn(
+        name = "Deadline",
+        type_ = "string",
+        json_path = ".spec.completionDeadline"
+    ),
+    printcolumn(
+        name = "Drain",
+        type_ = "string",
+        json_path = ".status.drainTime",
+        description = "Predicted time to drain the backlog at the current rates"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.explanation",
+        priority = 1
+    )
 )]
 #[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message("minReplicas must not exceed maxReplicas; lower minReplicas or raise maxReplicas").field_path(".minReplicas"))]
 #[x_kube(validation = Rule::new("has(self.partitionCount) != has(self.metrics.partitions)").message("give the partition count exactly once: either spec.partitionCount (a number) or spec.metrics.partitions (a PromQL query), not both and not neither"))]
@@ -217,7 +258,7 @@ pub struct Scaling {
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.scaleUpStabilization"))]
     pub scale_up_stabilization: String,
-    /// Time a lower recommendation must persist before scaling down; default 5m.
+    /// Time a lower recommendation must persist before scaling down; default 3m.
     #[serde(default = "default_scale_down_stabilization")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.scaleDownStabilization"))]
@@ -250,7 +291,10 @@ fn default_target_drain_time() -> String {
     "5m".to_owned()
 }
 fn default_scale_down_stabilization() -> String {
-    "5m".to_owned()
+    // Shorter than the HPA's 5m: the inputs are already windowed rates and a scale-down is
+    // one step to the window's highest recommendation, so a shorter hold does not flap and
+    // idles fewer replicas after a burst.
+    "3m".to_owned()
 }
 fn zero_duration() -> String {
     "0s".to_owned()
@@ -261,9 +305,10 @@ fn zero_duration() -> String {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.warningAt < self.criticalAt").message("alerts.warningAt must be below alerts.criticalAt").field_path(".warningAt"))]
 pub struct Alerts {
-    /// Oldest age / deadline at which the budget is AtRisk; default 0.5.
+    /// Oldest age / deadline at which the budget is AtRisk, in (0, 1); default 0.5.
     #[serde(default = "default_warning_at")]
     #[schemars(range(min = 0.0, max = 1.0))]
+    #[x_kube(validation = Rule::new("self > 0.0").message("alerts.warningAt must be greater than 0: at 0 every budget would always be AtRisk"))]
     pub warning_at: f64,
     /// Oldest age / deadline at which the budget is Breaching; default 0.8.
     #[serde(default = "default_critical_at")]
@@ -330,7 +375,9 @@ fn default_min_rate() -> f64 {
 }
 
 /// Who decides a class's state.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
+)]
 pub enum ClassMode {
     #[default]
     Auto,
@@ -343,9 +390,10 @@ pub enum ClassMode {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = duration_at_least("maxOpenDuration", "openDuration", "pausePolicy.maxOpenDuration must be at least pausePolicy.openDuration"))]
 pub struct PausePolicy {
-    /// Persistent-failure ratio at or above which the class counts as failing; default 0.5.
+    /// Persistent-failure ratio at or above which the class counts as failing, in (0, 1];
+    /// default 0.5.
     #[serde(default = "default_threshold")]
-    #[schemars(range(min = 0.0, max = 1.0))]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("pausePolicy.threshold must be in (0, 1]: at 0 every class would count as failing"))]
     pub threshold: f64,
     /// How long the ratio must stay at or above the threshold (and, when probing, healthy);
     /// default 2m.

@@ -118,7 +118,12 @@ mod tests {
         );
         let second = merge_conditions(
             &first,
-            &[ConditionSpec::new("Ready", Truth::True, "Valid", "still ok")],
+            &[ConditionSpec::new(
+                "Ready",
+                Truth::True,
+                "Valid",
+                "still ok",
+            )],
             Some(2),
             at(20),
         );

@@ -7,14 +7,16 @@ use serde::{Deserialize, Serialize};
 
 use super::validation::non_negative_duration;
 
-/// RFC 3339 timestamps as CEL's `timestamp()` accepts them.
-const RFC3339_PATTERN: &str =
-    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$";
+/// RFC 3339 timestamps as CEL's `timestamp()` accepts them, with months, days, hours,
+/// minutes and seconds in range so `timestamp()` is not asked to convert a 13th month.
+const RFC3339_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
 
 /// Largest inline `scope.eventIds` list; longer lists go through `scope.eventIdsFrom`.
 pub const MAX_INLINE_EVENT_IDS: usize = 5000;
 
 /// A scoped, approved, rate-limited replay of dead-lettered events, run as Kubernetes Jobs.
+// kube-derive repeats `printcolumn(type_ = ...)` attributes by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "backlog.dev",
@@ -26,18 +28,49 @@ pub const MAX_INLINE_EVENT_IDS: usize = 5000;
     category = "backlog",
     derive = "PartialEq",
     doc = "A scoped replay of quarantined events: frozen scope, four-eyes approval, a canary batch, then rate-limited batches.",
+    validation = Rule::new("self.metadata.name.size() <= 48").message("metadata.name must be at most 48 characters: the replay's Jobs and ConfigMap are named after it"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Source", type_ = "string", json_path = ".spec.source.queue"),
     printcolumn(name = "Events", type_ = "integer", json_path = ".status.scope.count"),
-    printcolumn(name = "Batches", type_ = "integer", json_path = ".status.batchesTotal"),
-    printcolumn(name = "Done", type_ = "integer", json_path = ".status.batchesSucceeded"),
-    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.batchesFailed"),
-    printcolumn(name = "Requested By", type_ = "string", json_path = ".spec.requestedBy"),
-    printcolumn(name = "Approved By", type_ = "string", json_path = ".spec.approval.approvedBy"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.message", priority = 1)
+    printcolumn(
+        name = "Batches",
+        type_ = "integer",
+        json_path = ".status.batchesTotal"
+    ),
+    printcolumn(
+        name = "Done",
+        type_ = "integer",
+        json_path = ".status.batchesSucceeded"
+    ),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.batchesFailed"
+    ),
+    printcolumn(
+        name = "Requested By",
+        type_ = "string",
+        json_path = ".spec.requestedBy"
+    ),
+    printcolumn(
+        name = "Approved By",
+        type_ = "string",
+        json_path = ".spec.approval.approvedBy"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.message",
+        priority = 1
+    )
 )]
 #[x_kube(validation = Rule::new("!has(self.approval) || self.approval.approvedBy != self.requestedBy").message("approval.approvedBy must differ from requestedBy: a replay needs a second person's approval").field_path(".approval.approvedBy"))]
+#[x_kube(validation = Rule::new("!has(self.destination) || self.destination.queue != self.source.queue").message("destination.queue must differ from source.queue: replaying into the queue the events are read from would loop them").field_path(".destination.queue"))]
 #[x_kube(validation = Rule::new("self.requestedBy == oldSelf.requestedBy").message("requestedBy is immutable after creation").field_path(".requestedBy"))]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayJobSpec {

@@ -10,6 +10,8 @@ use super::validation::{duration_at_least, positive_duration};
 pub const MAX_ATTEMPTS_LIMIT: i32 = 20;
 
 /// How a consumer retries failed events: a finite, classified, jittered and budgeted schedule.
+// kube-derive repeats `printcolumn(type_ = ...)` attributes by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "backlog.dev",
@@ -22,11 +24,33 @@ pub const MAX_ATTEMPTS_LIMIT: i32 = 20;
     derive = "PartialEq",
     doc = "How consumers retry failed events: finite attempts, classified failures, capped jittered backoff and a retry budget.",
     printcolumn(name = "Attempts", type_ = "integer", json_path = ".spec.maxAttempts"),
-    printcolumn(name = "Worst Case", type_ = "string", json_path = ".status.worstCaseRetryDelay", description = "Sum of the upper bounds of every retry delay"),
-    printcolumn(name = "Amplification", type_ = "number", json_path = ".status.amplification", description = "Executions per event in the worst case"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Deadline Conflict", type_ = "string", json_path = ".status.conditions[?(@.type==\"DeadlineConflict\")].status"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Worst Case",
+        type_ = "string",
+        json_path = ".status.worstCaseRetryDelay",
+        description = "Sum of the upper bounds of every retry delay"
+    ),
+    printcolumn(
+        name = "Amplification",
+        type_ = "number",
+        json_path = ".status.amplification",
+        description = "Executions per event in the worst case"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Deadline Conflict",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"DeadlineConflict\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RetryPolicySpec {
@@ -74,7 +98,9 @@ pub struct Backoff {
 }
 
 /// Jitter strategy.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
+)]
 pub enum Jitter {
     /// Uniform in [0, upper(n)]: spreads retries best and is the default.
     #[default]
@@ -86,7 +112,20 @@ pub enum Jitter {
 }
 
 /// Failure classes, with the seed semantics the consumer library implements.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    schemars::JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
 pub enum FailureClass {
     /// Retried within maxAttempts and the retry budget.
     Transient,
@@ -117,6 +156,7 @@ impl FailureClass {
 pub struct ClassificationRule {
     /// Error codes this rule matches, exactly as the consumer reports them (e.g. "HTTP_503").
     #[schemars(length(min = 1, max = 256), inner(length(min = 1, max = 128)))]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Set)]
     pub error_codes: Vec<String>,
     /// Class assigned to those codes.
     pub class: FailureClass,

@@ -6,8 +6,10 @@
 use kube::core::{Message, Rule};
 
 /// Go duration syntax without a sign (`250ms`, `30s`, `1h30m`). Checked before `duration()`
-/// so a malformed string yields our message rather than a CEL evaluation error.
-const GO_DURATION_PATTERN: &str = r"^([0-9]+(\\.[0-9]+)?(ns|us|ms|s|m|h))+$";
+/// so a malformed string yields our message rather than a CEL evaluation error. At most five
+/// digits per number keep any string the length limit allows far below Go's ~292-year
+/// maximum, where `duration()` would fail instead of answering.
+const GO_DURATION_PATTERN: &str = r"^([0-9]{1,5}(\\.[0-9]{1,9})?(ns|us|ms|s|m|h))+$";
 
 /// The CEL expression "`expr` is a well-formed duration string".
 pub fn is_duration(expr: &str) -> String {
@@ -22,7 +24,9 @@ fn rule(expression: String, message: String) -> Rule {
 pub fn positive_duration(field: &str) -> Rule {
     rule(
         format!("{} && duration(self) > duration('0s')", is_duration("self")),
-        format!("{field} must be a positive duration such as 250ms, 30s or 5m"),
+        format!(
+            "{field} must be a positive duration such as 250ms, 30s or 5m (at most 5 digits per number)"
+        ),
     )
 }
 
@@ -30,7 +34,7 @@ pub fn positive_duration(field: &str) -> Rule {
 pub fn non_negative_duration(field: &str) -> Rule {
     rule(
         is_duration("self"),
-        format!("{field} must be a duration such as 0s, 30s or 5m"),
+        format!("{field} must be a duration such as 0s, 30s or 5m (at most 5 digits per number)"),
     )
 }
 
