@@ -5,3 +5,4 @@ pub mod api;
 pub mod cli;
 pub mod consumer;
 pub mod core;
+pub mod sim;

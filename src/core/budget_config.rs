@@ -182,7 +182,7 @@ capacity: {perReplicaRate: 100}
         let config = BudgetConfig::from_spec(&spec(BASE)).unwrap();
         assert_eq!(config.poll_interval_seconds, 15.0);
         assert_eq!(config.target_drain_seconds, 300.0);
-        assert_eq!(config.scale_down_stabilization_seconds, 300.0);
+        assert_eq!(config.scale_down_stabilization_seconds, 180.0);
         assert_eq!(config.reserved_retry_share, 0.1);
         assert_eq!(config.partitions, PartitionSource::Fixed(6));
         assert_eq!(config.max_step, 0);

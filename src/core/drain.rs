@@ -21,12 +21,81 @@ pub fn drain_window(
         .max(floor_seconds)
 }
 
-/// Replicas needed for `rate` when one replica gives `per_replica_capacity` (> 0).
-pub fn replicas_for(rate: f64, per_replica_capacity: f64) -> u64 {
-    let replicas = (rate / per_replica_capacity).ceil();
+/// Events per second `replicas` consumers complete when `partitions` evenly loaded partitions
+/// are spread over them. The busiest consumer owns ⌈P/n⌉ partitions and the group keeps up
+/// only as long as it does, so a count that does not divide the partitions wastes capacity
+/// (12 partitions: 5 consumers complete no more than 4).
+pub fn group_capacity(replicas: u32, partitions: u32, per_replica_rate: f64) -> f64 {
+    if replicas == 0 || partitions == 0 {
+        return 0.0;
+    }
+    let busiest = partitions.div_ceil(replicas.min(partitions));
+    per_replica_rate * f64::from(partitions) / f64::from(busiest)
+}
+
+/// How consumers fall behind when arrivals exceed what some of them can do.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shortfall {
+    /// Events per second the backlog grows by (0 when everyone keeps up).
+    pub backlog_growth: f64,
+    /// Seconds per second the busiest consumer's oldest event ages by.
+    pub age_growth: f64,
+}
+
+/// What `replicas` consumers leave undone of `produce_rate` spread evenly over `partitions`:
+/// each consumer falls behind by what its partitions bring beyond its rate, and the busiest
+/// one's head advances at (rate / its arrivals) of real time.
+pub fn shortfall(
+    replicas: u32,
+    partitions: u32,
+    per_replica_rate: f64,
+    produce_rate: f64,
+) -> Shortfall {
+    let active = replicas.min(partitions);
+    if active == 0 || produce_rate <= 0.0 {
+        return Shortfall {
+            backlog_growth: produce_rate.max(0.0),
+            age_growth: if produce_rate > 0.0 { 1.0 } else { 0.0 },
+        };
+    }
+    let per_partition = produce_rate / f64::from(partitions);
+    let busiest = partitions.div_ceil(active);
+    // `heavy` consumers own `busiest` partitions, the rest one fewer.
+    let heavy = partitions - active * (busiest - 1);
+    let excess = |owned: u32| (f64::from(owned) * per_partition - per_replica_rate).max(0.0);
+    let backlog_growth =
+        f64::from(heavy) * excess(busiest) + f64::from(active - heavy) * excess(busiest - 1);
+    let busiest_arrivals = f64::from(busiest) * per_partition;
+    Shortfall {
+        backlog_growth,
+        age_growth: (1.0 - per_replica_rate / busiest_arrivals).max(0.0),
+    }
+}
+
+/// Fewest replicas whose group capacity reaches `rate`; `None` when even one consumer per
+/// partition cannot.
+pub fn replicas_for(rate: f64, per_replica_rate: f64, partitions: u32) -> Option<u32> {
+    if rate.is_nan() || rate <= 0.0 {
+        return Some(0);
+    }
+    if partitions == 0 || per_replica_rate.is_nan() || per_replica_rate <= 0.0 {
+        return None;
+    }
+    // The most partitions one consumer may own and still keep up (tolerating rounding).
+    let most = (per_replica_rate * f64::from(partitions) / rate * (1.0 + 1e-9)).floor();
+    if most < 1.0 {
+        return None;
+    }
+    let most = most.min(f64::from(partitions)) as u32;
+    Some(partitions.div_ceil(most))
+}
+
+/// Replicas for `rate` ignoring partitions: how many consumers would be needed if more than
+/// one per partition could help (for explanations).
+pub fn unbounded_replicas_for(rate: f64, per_replica_rate: f64) -> u64 {
+    let replicas = (rate / per_replica_rate).ceil();
     if replicas.is_finite() && replicas > 0.0 {
-        // Saturates for absurd inputs instead of wrapping.
-        replicas.min(u32::MAX as f64) as u64
+        replicas.min(f64::from(u32::MAX)) as u64
     } else {
         0
     }
@@ -75,11 +144,35 @@ mod tests {
     }
 
     #[test]
-    fn replicas_round_up() {
-        assert_eq!(replicas_for(1001.0, 250.0), 5);
-        assert_eq!(replicas_for(1000.0, 250.0), 4);
-        assert_eq!(replicas_for(0.0, 250.0), 0);
-        assert_eq!(replicas_for(1e30, 1e-30), u32::MAX as u64);
+    fn group_capacity_is_set_by_the_busiest_consumer() {
+        assert_eq!(group_capacity(4, 12, 250.0), 1000.0);
+        assert_eq!(group_capacity(5, 12, 250.0), 1000.0);
+        assert_eq!(group_capacity(6, 12, 250.0), 1500.0);
+        assert_eq!(group_capacity(20, 12, 250.0), 3000.0);
+        assert_eq!(group_capacity(3, 16, 250.0), 250.0 * 16.0 / 6.0);
+    }
+
+    #[test]
+    fn shortfall_counts_only_the_consumers_that_fall_behind() {
+        // 16 partitions at 200/s each over 14 consumers: two own two partitions (400/s).
+        let s = shortfall(14, 16, 250.0, 3200.0);
+        assert!((s.backlog_growth - 300.0).abs() < 1e-9, "{s:?}");
+        assert!((s.age_growth - 0.375).abs() < 1e-9, "{s:?}");
+        let fine = shortfall(16, 16, 250.0, 3200.0);
+        assert_eq!(fine.backlog_growth, 0.0);
+        assert_eq!(fine.age_growth, 0.0);
+        let even = shortfall(3, 12, 250.0, 950.0);
+        assert!((even.backlog_growth - 200.0).abs() < 1e-9, "{even:?}");
+    }
+
+    #[test]
+    fn replicas_skip_counts_that_add_no_capacity() {
+        assert_eq!(replicas_for(1000.0, 250.0, 12), Some(4));
+        assert_eq!(replicas_for(1001.0, 250.0, 12), Some(6));
+        assert_eq!(replicas_for(0.0, 250.0, 12), Some(0));
+        assert_eq!(replicas_for(3000.0, 250.0, 12), Some(12));
+        assert_eq!(replicas_for(3001.0, 250.0, 12), None);
+        assert_eq!(unbounded_replicas_for(3001.0, 250.0), 13);
     }
 
     #[test]

@@ -15,11 +15,10 @@ pub enum DurationError {
 
 /// Seconds of a non-negative Go duration string.
 pub fn non_negative_seconds(field: &str, value: &str) -> Result<f64, DurationError> {
-    let parsed =
-        kube::core::Duration::from_str(value).map_err(|_| DurationError::Unparsable {
-            field: field.to_owned(),
-            value: value.to_owned(),
-        })?;
+    let parsed = kube::core::Duration::from_str(value).map_err(|_| DurationError::Unparsable {
+        field: field.to_owned(),
+        value: value.to_owned(),
+    })?;
     if parsed.is_negative() {
         return Err(DurationError::Unparsable {
             field: field.to_owned(),

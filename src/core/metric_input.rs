@@ -112,6 +112,10 @@ mod tests {
             field: "metrics.backlog".into(),
             problem: MetricProblem::Empty,
         };
-        assert!(missing.to_string().starts_with("spec.metrics.backlog returned no sample"));
+        assert!(
+            missing
+                .to_string()
+                .starts_with("spec.metrics.backlog returned no sample")
+        );
     }
 }

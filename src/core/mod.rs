@@ -6,5 +6,6 @@ pub mod drain;
 pub mod duration;
 pub mod format;
 pub mod metric_input;
+pub mod recommendation;
 pub mod scaling;
 pub mod stabilization;

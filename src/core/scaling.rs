@@ -6,12 +6,11 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::budget_config::{BudgetConfig, PartitionSource};
-use super::drain::{
-    drain_seconds, drain_window, estimate_oldest_age, replicas_for, required_rate,
-};
+use super::drain::{drain_seconds, estimate_oldest_age, group_capacity};
 use super::format::{seconds, si};
 use super::metric_input::{MetricProblem, MissingInput, Observation, single_value};
-use super::stabilization::{Windows, seconds_between, stabilize};
+use super::recommendation::{Demand, Recommendation, Regime, Supply, recommend};
+use super::stabilization::{WindowSettings, Windows, seconds_between, stabilize};
 use crate::api::backlog_budget::BudgetPhase;
 use crate::api::conditions::{ConditionSpec, Truth};
 
@@ -44,18 +43,23 @@ pub struct ScalingInputs {
     pub conflict: Option<String>,
 }
 
-/// The previous observation, for estimating λ when no produce-rate query exists.
+/// The previous observation: λ's trend, and λ itself when no produce-rate query exists.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PreviousObservation {
     pub at: Timestamp,
     pub backlog: f64,
+    pub produce_rate: Option<f64>,
 }
 
 /// What the decision remembers between polls (kept in status).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ScalingMemory {
     pub previous: Option<PreviousObservation>,
     pub windows: Windows,
+    /// When the replicas last changed (status.lastScale.at).
+    pub last_change_at: Option<Timestamp>,
+    /// The economy count chosen at the previous decision (status.economyReplicas).
+    pub economy: Option<u32>,
 }
 
 /// The numbers the decision used.
@@ -112,9 +116,10 @@ pub fn decide(
     if let Some(owner) = &inputs.conflict {
         return conflict(current, owner, memory);
     }
-    match gather(config, inputs, memory, now) {
-        Err((missing, used)) => metrics_unavailable(current, &missing, used, memory, now),
-        Ok(values) => scale(config, inputs, values, memory, now),
+    let gathered = gather(config, inputs, memory, now);
+    match gathered.values {
+        Some(values) => scale(config, inputs, values, memory, now),
+        None => metrics_unavailable(current, &gathered.missing, gathered.used, memory, now),
     }
 }
 
@@ -138,8 +143,8 @@ fn conflict(current: u32, owner: &str, memory: &ScalingMemory) -> ScalingDecisio
             ConditionSpec::new(SCALING_ACTIVE, Truth::False, "Conflict", message),
         ],
         memory: ScalingMemory {
-            previous: memory.previous,
             windows: Windows::default(),
+            ..memory.clone()
         },
     }
 }
@@ -182,12 +187,18 @@ fn metrics_unavailable(
         memory: ScalingMemory {
             previous: used
                 .backlog
-                .map(|backlog| PreviousObservation { at: now, backlog })
+                .map(|backlog| PreviousObservation {
+                    at: now,
+                    backlog,
+                    produce_rate: used.produce_rate,
+                })
                 .or(memory.previous),
             windows: Windows {
                 up: memory.windows.up,
-                down: None,
+                down: Vec::new(),
             },
+            last_change_at: memory.last_change_at,
+            economy: None,
         },
         used,
     }
@@ -199,6 +210,7 @@ struct Values {
     backlog: f64,
     scaling_backlog: f64,
     produce_rate: f64,
+    produce_rate_trend: f64,
     oldest_age: f64,
     partitions: u32,
     per_replica_rate: f64,
@@ -206,12 +218,19 @@ struct Values {
     capacity_is_lower_bound: bool,
 }
 
+/// What one poll's queries gave: the validated values, or what is missing.
+struct Gathered {
+    used: UsedValues,
+    values: Option<Values>,
+    missing: Vec<MissingInput>,
+}
+
 fn gather(
     config: &BudgetConfig,
     inputs: &ScalingInputs,
     memory: &ScalingMemory,
     now: Timestamp,
-) -> Result<Values, (Vec<MissingInput>, UsedValues)> {
+) -> Gathered {
     let mut missing = Vec::new();
     let mut take = |field: &str, observation: &Observation| match single_value(observation) {
         Ok(value) => Some(value),
@@ -234,16 +253,20 @@ fn gather(
         .and_then(|o| take("metrics.produceRate", o));
     let partitions = match (&config.partitions, &inputs.partitions) {
         (PartitionSource::Fixed(count), _) => Some(*count),
-        (PartitionSource::Query, Some(observation)) => take("metrics.partitions", observation)
-            .and_then(|p| {
-                let count = p.floor();
-                if count >= 1.0 {
-                    Some(count.min(u32::MAX as f64) as u32)
-                } else {
-                    missing_push(&mut missing, "metrics.partitions", "returned fewer than 1 partition");
+        (PartitionSource::Query, Some(observation)) => {
+            match take("metrics.partitions", observation) {
+                Some(p) if p >= 1.0 => Some(p.floor().min(f64::from(u32::MAX)) as u32),
+                Some(_) => {
+                    missing_push(
+                        &mut missing,
+                        "metrics.partitions",
+                        "returned fewer than 1 partition",
+                    );
                     None
                 }
-            }),
+                None => None,
+            }
+        }
         (PartitionSource::Query, None) => {
             missing_push(&mut missing, "metrics.partitions", "was not queried");
             None
@@ -251,10 +274,12 @@ fn gather(
     };
     let mut paused_backlog = 0.0;
     for (class, observation) in &inputs.paused_class_backlogs {
-        let field = format!("eventClasses[{class}].backlog");
         match single_value(observation) {
             Ok(value) => paused_backlog += value,
-            Err(problem) => missing.push(MissingInput { field, problem }),
+            Err(problem) => missing.push(MissingInput {
+                field: format!("eventClasses[{class}].backlog"),
+                problem,
+            }),
         }
     }
     // Informational rates: a failure here is shown as absent, it does not block scaling.
@@ -278,25 +303,42 @@ fn gather(
         ..UsedValues::default()
     };
 
-    let (per_replica_rate, capacity_is_lower_bound) = match config.per_replica_rate {
-        Some(rate) => (Some(rate), false),
-        None => match (completion_rate, backlog) {
-            (Some(completed), Some(b)) if ready > 0 && completed > 0.0 => {
-                used.per_replica_rate_measured = true;
-                // Consumers with less than one poll of work waiting were idle part of the
-                // time, so what they completed understates what they could.
-                let saturated = b > completed * config.poll_interval_seconds;
-                (Some(completed / f64::from(ready)), !saturated)
-            }
-            _ => {
-                missing_push(
-                    &mut missing,
-                    "metrics.completionRate",
-                    "gave no usable completion rate with ready replicas, and capacity.perReplicaRate is unset, so capacity is unknown",
-                );
-                (None, false)
-            }
-        },
+    // Capacity: consumers with more than one poll of work waiting are saturated, and then what
+    // they complete per ready replica is what a replica can do (a slow downstream shows up here
+    // at once). Otherwise the configured rate stands; without one, the measurement is only a
+    // lower bound.
+    // A measurement spans the query's rate window: right after a change of replicas (and its
+    // rebalance pause) it mixes two capacities and reads low, so it waits to settle.
+    let settled = ready == current
+        && memory
+            .last_change_at
+            .is_none_or(|at| seconds_between(at, now) >= measurement_settle_seconds(config));
+    // (rate per ready replica, whether it is exact rather than a lower bound)
+    let measurement = match (completion_rate, backlog) {
+        (Some(completed), Some(b)) if ready > 0 && completed > 0.0 => Some((
+            completed / f64::from(ready),
+            settled && b > completed * config.poll_interval_seconds,
+        )),
+        _ => None,
+    };
+    let (per_replica_rate, capacity_is_lower_bound) = match (config.per_replica_rate, measurement) {
+        (_, Some((measured, true))) => {
+            used.per_replica_rate_measured = true;
+            (Some(measured), false)
+        }
+        (Some(configured), _) => (Some(configured), false),
+        (None, Some((measured, false))) => {
+            used.per_replica_rate_measured = true;
+            (Some(measured), true)
+        }
+        (None, None) => {
+            missing_push(
+                &mut missing,
+                "metrics.completionRate",
+                "gave no usable completion rate with ready replicas, and capacity.perReplicaRate is unset, so capacity is unknown",
+            );
+            (None, false)
+        }
     };
     used.per_replica_rate = per_replica_rate;
 
@@ -323,41 +365,67 @@ fn gather(
         (false, _, None) => None,
     };
     used.produce_rate = produce_rate;
+    let produce_rate_trend = match (produce_rate, memory.previous) {
+        (Some(rate), Some(previous)) => match previous.produce_rate {
+            Some(before) if seconds_between(previous.at, now) > 0.0 => {
+                (rate - before) / seconds_between(previous.at, now)
+            }
+            _ => 0.0,
+        },
+        _ => 0.0,
+    };
 
     let oldest_age = match (config.oldest_age_configured, oldest_age) {
         (true, age) => age,
         (false, _) => match (backlog, produce_rate, per_replica_rate) {
             (Some(b), Some(lambda), Some(rate)) => {
                 used.oldest_age_estimated = true;
-                Some(estimate_oldest_age(b, lambda, rate * f64::from(ready.max(1))))
+                Some(estimate_oldest_age(
+                    b,
+                    lambda,
+                    rate * f64::from(ready.max(1)),
+                ))
             }
             _ => None,
         },
     };
     used.oldest_age = oldest_age;
 
-    match (
+    let values = match (
         backlog,
         produce_rate,
         oldest_age,
         partitions,
         per_replica_rate,
-        missing.is_empty(),
     ) {
-        (Some(backlog), Some(produce_rate), Some(oldest_age), Some(partitions), Some(rate), true) => {
-            Ok(Values {
+        (Some(backlog), Some(produce_rate), Some(oldest_age), Some(partitions), Some(rate))
+            if missing.is_empty() =>
+        {
+            Some(Values {
                 scaling_backlog: (backlog - paused_backlog).max(0.0),
                 backlog,
                 produce_rate,
+                produce_rate_trend,
                 oldest_age,
                 partitions,
                 per_replica_rate: rate,
                 capacity_is_lower_bound,
-                used,
+                used: used.clone(),
             })
         }
-        _ => Err((missing, used)),
+        _ => None,
+    };
+    Gathered {
+        used,
+        values,
+        missing,
     }
+}
+
+/// Time after a change of replicas before a completion rate reflects the new count: pods
+/// starting, the rebalance, then a whole typical one-minute rate window.
+fn measurement_settle_seconds(config: &BudgetConfig) -> f64 {
+    2.0 * 60.0_f64.max(2.0 * config.poll_interval_seconds) + config.rebalance_cost_seconds
 }
 
 fn missing_push(missing: &mut Vec<MissingInput>, field: &str, reason: &str) {
@@ -382,45 +450,36 @@ fn scale(
     let floor = config.min_replicas.min(cap);
     let partition_bound = values.partitions <= config.max_replicas;
 
-    // Step 4: even every allowed replica cannot outpace arrivals.
-    let undrainable = f64::from(cap) * rate <= lambda && lambda > 0.0;
-
-    // Step 2: the completion rate that meets the deadline, and the replicas for it. Scaling up
-    // looks one poll and one rebalance ahead, so one larger step replaces several small ones.
-    let floor_seconds = config.poll_interval_seconds.max(1.0);
-    let needed_for = |backlog: f64, age: f64| -> u64 {
-        let window = drain_window(
-            config.target_drain_seconds,
-            config.deadline_seconds,
-            age,
-            floor_seconds,
-        );
-        replicas_for(required_rate(lambda, backlog, window), capacity)
-    };
-    let mut raw = needed_for(values.scaling_backlog, values.oldest_age);
-    if raw > u64::from(current) {
-        let lookahead = config.poll_interval_seconds + config.rebalance_cost_seconds;
-        let growth = (lambda - f64::from(current) * capacity).max(0.0) * lookahead;
-        // While rebalancing nobody consumes: what arrives meanwhile must be drained too.
-        let paused_arrivals = lambda * config.rebalance_cost_seconds;
-        raw = raw.max(needed_for(
-            values.scaling_backlog + growth + paused_arrivals,
-            values.oldest_age + lookahead,
-        ));
-    }
-    let limited_by_partitions = raw > u64::from(cap) && partition_bound;
-    let mut recommendation = raw.clamp(u64::from(floor), u64::from(cap)) as u32;
-    if undrainable {
-        recommendation = cap;
-    }
+    // Steps 2-4: what the deadline needs, clamped to [floor, cap].
+    let recommended = recommend(
+        config,
+        &Demand {
+            produce_rate: lambda,
+            produce_rate_trend: values.produce_rate_trend,
+            backlog: values.scaling_backlog,
+            oldest_age: values.oldest_age,
+        },
+        &Supply {
+            per_replica_rate: rate,
+            current,
+            floor,
+            cap,
+            partitions: values.partitions,
+            economy: memory.economy,
+        },
+    );
+    let undrainable = recommended.regime == Regime::Undrainable && !values.capacity_is_lower_bound;
+    let raw = recommended.raw;
+    let mut recommendation = recommended.replicas;
     if values.capacity_is_lower_bound {
         // An idle consumer's measured rate says nothing about more load; do not add replicas on it.
         recommendation = recommendation.min(current.max(floor));
     }
+    let limited_by_partitions = raw > u64::from(cap) && partition_bound;
 
-    // Step 5: pace the change. Out-of-bounds replicas are corrected at once; otherwise the
-    // stabilization windows apply from there, except that an event already past the critical fraction
-    // of its deadline does not wait for scale-up stabilization.
+    // Step 5: pace the change. Replicas outside [floor, cap] are corrected at once; from there
+    // the stabilization windows apply, except that an event already past the critical
+    // fraction of its deadline does not wait for scale-up stabilization.
     let urgent = values.oldest_age >= config.critical_at * config.deadline_seconds || undrainable;
     let bounded = current.clamp(floor, cap);
     let up_window = if urgent {
@@ -431,9 +490,12 @@ fn scale(
     let stabilized = stabilize(
         bounded,
         recommendation,
-        memory.windows,
-        up_window,
-        config.scale_down_stabilization_seconds,
+        &memory.windows,
+        WindowSettings {
+            up_seconds: up_window,
+            down_seconds: config.scale_down_stabilization_seconds,
+            poll_seconds: config.poll_interval_seconds,
+        },
         now,
     );
     let (windows, waiting) = (stabilized.windows, stabilized.waiting_seconds);
@@ -447,10 +509,11 @@ fn scale(
     }
 
     // Drain prediction at the capacity the workload has now.
-    let completing_now = match values.used.completion_rate {
-        Some(observed) if values.backlog > observed * config.poll_interval_seconds => observed,
-        _ => f64::from(current) * capacity,
-    };
+    let completing_now = group_capacity(
+        inputs.ready_replicas.unwrap_or(current),
+        values.partitions,
+        capacity,
+    );
     let drain_now = if undrainable {
         None
     } else {
@@ -462,50 +525,21 @@ fn scale(
         BudgetPhase::Undrainable
     } else if ratio >= config.critical_at {
         BudgetPhase::Breaching
-    } else if ratio >= config.warning_at || drain_now.is_none() {
+    } else if ratio >= config.warning_at {
         BudgetPhase::AtRisk
     } else {
         BudgetPhase::Healthy
     };
 
-    let mut explanation = format!(
-        "backlog {}, λ {}/s{}, μ/replica {}/s{} → need {raw}",
-        si(values.scaling_backlog),
-        si(lambda),
-        if values.used.produce_rate_estimated {
-            " (estimated)"
-        } else {
-            ""
-        },
-        si(rate),
-        if values.used.per_replica_rate_measured {
-            " (measured)"
-        } else {
-            ""
-        },
+    let explanation = explain(
+        &values,
+        &recommended,
+        recommendation,
+        current,
+        (floor, cap),
+        limited_by_partitions,
+        waiting,
     );
-    if undrainable {
-        explanation = format!(
-            "λ {}/s is at or above the most {cap} replicas can complete ({cap} × {}/s = {}/s): the backlog can never catch up; add partitions or speed up the consumer",
-            si(lambda),
-            si(rate),
-            si(f64::from(cap) * rate)
-        );
-    } else if limited_by_partitions {
-        explanation.push_str(&format!(", capped at {} partitions", values.partitions));
-    } else if u64::from(recommendation) != raw {
-        explanation.push_str(&format!(
-            ", kept within [{floor}, {cap}] replicas"
-        ));
-    }
-    if let Some(wait) = waiting {
-        explanation.push_str(&format!(
-            "; {} to {recommendation} waits {} more (stabilization)",
-            if recommendation < current { "scaling down" } else { "scaling up" },
-            seconds(wait)
-        ));
-    }
-
     let change = (target != current).then(|| ScaleChange {
         from: current,
         to: target,
@@ -513,7 +547,12 @@ fn scale(
     });
 
     let conditions = vec![
-        ConditionSpec::new(METRICS_AVAILABLE, Truth::True, "AllQueriesAnswered", metrics_message(&values.used)),
+        ConditionSpec::new(
+            METRICS_AVAILABLE,
+            Truth::True,
+            "AllQueriesAnswered",
+            metrics_message(&values.used),
+        ),
         if limited_by_partitions || (undrainable && partition_bound) {
             ConditionSpec::new(
                 PARTITION_LIMITED,
@@ -554,11 +593,81 @@ fn scale(
             previous: Some(PreviousObservation {
                 at: now,
                 backlog: values.backlog,
+                produce_rate: Some(lambda),
             }),
             windows,
+            economy: (recommended.regime == Regime::Economy).then_some(recommended.replicas),
+            last_change_at: if target != current {
+                Some(now)
+            } else {
+                memory.last_change_at
+            },
         },
         used: values.used,
     }
+}
+
+fn explain(
+    values: &Values,
+    recommended: &Recommendation,
+    recommendation: u32,
+    current: u32,
+    (floor, cap): (u32, u32),
+    limited_by_partitions: bool,
+    waiting: Option<f64>,
+) -> String {
+    let lambda = values.produce_rate;
+    let rate = values.per_replica_rate;
+    if recommended.regime == Regime::Undrainable && !values.capacity_is_lower_bound {
+        return format!(
+            "λ {}/s is at or above the most {cap} replicas can complete ({cap} × {}/s = {}/s): the backlog can never catch up; add partitions or speed up the consumer",
+            si(lambda),
+            si(rate),
+            si(f64::from(cap) * rate)
+        );
+    }
+    let mut text = format!(
+        "backlog {}, λ {}/s{}, μ/replica {}/s{} → need {}",
+        si(values.scaling_backlog),
+        si(lambda),
+        if values.used.produce_rate_estimated {
+            " (estimated)"
+        } else {
+            ""
+        },
+        si(rate),
+        if values.used.per_replica_rate_measured {
+            " (measured)"
+        } else {
+            ""
+        },
+        recommended.raw
+    );
+    match recommended.regime {
+        Regime::Urgent => text.push_str(" (oldest event past the warning fraction: draining)"),
+        Regime::Economy => text.push_str(&format!(
+            ", {recommendation} suffice while the deadline has room"
+        )),
+        _ => {}
+    }
+    if limited_by_partitions {
+        text.push_str(&format!(", capped at {} partitions", values.partitions));
+    } else if recommended.regime != Regime::Economy && u64::from(recommendation) != recommended.raw
+    {
+        text.push_str(&format!(", kept within [{floor}, {cap}] replicas"));
+    }
+    if let Some(wait) = waiting {
+        text.push_str(&format!(
+            "; {} to {recommendation} waits {} more (stabilization)",
+            if recommendation < current {
+                "scaling down"
+            } else {
+                "scaling up"
+            },
+            seconds(wait)
+        ));
+    }
+    text
 }
 
 fn metrics_message(used: &UsedValues) -> String {
@@ -599,12 +708,9 @@ fn deadline_condition(
             "Undrainable",
             format!("{age}; {explanation}"),
         ),
-        BudgetPhase::Breaching => ConditionSpec::new(
-            DEADLINE_AT_RISK,
-            Truth::True,
-            "PastCriticalThreshold",
-            age,
-        ),
+        BudgetPhase::Breaching => {
+            ConditionSpec::new(DEADLINE_AT_RISK, Truth::True, "PastCriticalThreshold", age)
+        }
         BudgetPhase::AtRisk if ratio >= config.warning_at => {
             ConditionSpec::new(DEADLINE_AT_RISK, Truth::True, "PastWarningThreshold", age)
         }

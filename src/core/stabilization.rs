@@ -1,33 +1,45 @@
 //! Stabilization windows: a recommendation must persist before the replicas follow it.
 //!
-//! Scaling down waits `scaleDownStabilization` and then goes to the highest recommendation seen
-//! during the wait; scaling up (when a window is set) goes to the lowest. The window's start is
-//! kept in status, so an operator restart does not reset it.
+//! Scaling down goes to the highest recommendation of the last `scaleDownStabilization`
+//! seconds (the HPA's rule), and only once that value is not about to expire at the next poll,
+//! so a fading burst ends in one step down instead of a staircase of rebalances. Scaling up
+//! (when a window is set) goes to the lowest recommendation since the rise began. Both are
+//! kept in status, so an operator restart does not reset them.
 
 use k8s_openapi::jiff::Timestamp;
 
-/// A recommendation waiting out its window.
+/// A recommendation and when it was made (or, for scale-up, since when it has held).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pending {
     pub since: Timestamp,
     pub replicas: u32,
 }
 
-/// Direction-specific pending recommendations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Direction-specific memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Windows {
     pub up: Option<Pending>,
-    pub down: Option<Pending>,
+    /// The recommendations of the scale-down window that can still be its highest: oldest
+    /// first, replicas strictly decreasing, so the first is the window's maximum.
+    pub down: Vec<Pending>,
 }
 
 /// What the windows allow now.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Stabilized {
     /// Replicas to have now.
     pub replicas: u32,
     /// Seconds left before a pending change may happen, if one is waiting.
     pub waiting_seconds: Option<f64>,
     pub windows: Windows,
+}
+
+/// Window lengths and the time to the next decision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WindowSettings {
+    pub up_seconds: f64,
+    pub down_seconds: f64,
+    pub poll_seconds: f64,
 }
 
 /// Seconds from `earlier` to `later` (negative if `later` is before `earlier`).
@@ -39,74 +51,112 @@ pub fn seconds_between(earlier: Timestamp, later: Timestamp) -> f64 {
 pub fn stabilize(
     current: u32,
     recommendation: u32,
-    windows: Windows,
-    up_window_seconds: f64,
-    down_window_seconds: f64,
+    windows: &Windows,
+    settings: WindowSettings,
     now: Timestamp,
 ) -> Stabilized {
-    use std::cmp::Ordering;
-    match recommendation.cmp(&current) {
-        Ordering::Equal => Stabilized {
-            replicas: current,
+    let down = remember(
+        &windows.down,
+        current,
+        recommendation,
+        settings.down_seconds,
+        now,
+    );
+    let highest = down.first().map_or(recommendation, |p| p.replicas);
+
+    if recommendation > current {
+        let pending = match windows.up {
+            Some(p) => Pending {
+                since: p.since,
+                replicas: p.replicas.min(recommendation),
+            },
+            None => Pending {
+                since: now,
+                replicas: recommendation,
+            },
+        };
+        let waited = seconds_between(pending.since, now);
+        return if waited >= settings.up_seconds {
+            Stabilized {
+                replicas: pending.replicas,
+                waiting_seconds: None,
+                windows: Windows { up: None, down },
+            }
+        } else {
+            Stabilized {
+                replicas: current,
+                waiting_seconds: Some(settings.up_seconds - waited),
+                windows: Windows {
+                    up: Some(pending),
+                    down,
+                },
+            }
+        };
+    }
+
+    if highest < current {
+        // The window's maximum is below the current count. Wait while it is about to fall
+        // further at the next poll: one step to the settled level beats a staircase.
+        let expires_in = down.first().map_or(0.0, |p| {
+            settings.down_seconds - seconds_between(p.since, now)
+        });
+        if down.len() > 1 && expires_in <= settings.poll_seconds {
+            return Stabilized {
+                replicas: current,
+                waiting_seconds: Some(expires_in.max(0.0)),
+                windows: Windows { up: None, down },
+            };
+        }
+        return Stabilized {
+            replicas: highest,
             waiting_seconds: None,
-            windows: Windows::default(),
-        },
-        Ordering::Greater => {
-            let pending = match windows.up {
-                Some(p) => Pending {
-                    since: p.since,
-                    replicas: p.replicas.min(recommendation),
-                },
-                None => Pending {
-                    since: now,
-                    replicas: recommendation,
-                },
-            };
-            settle(current, pending, up_window_seconds, now, |w| Windows {
-                up: w,
-                down: None,
-            })
-        }
-        Ordering::Less => {
-            let pending = match windows.down {
-                Some(p) => Pending {
-                    since: p.since,
-                    replicas: p.replicas.max(recommendation),
-                },
-                None => Pending {
-                    since: now,
-                    replicas: recommendation,
-                },
-            };
-            settle(current, pending, down_window_seconds, now, |w| Windows {
-                up: None,
-                down: w,
-            })
-        }
+            windows: Windows { up: None, down },
+        };
+    }
+
+    // Nothing to do yet; if the recommendation is lower, say when the window lets it through.
+    let waiting_seconds = (recommendation < current).then(|| {
+        down.iter()
+            .filter(|p| p.replicas > recommendation)
+            .map(|p| settings.down_seconds - seconds_between(p.since, now))
+            .fold(0.0, f64::max)
+    });
+    Stabilized {
+        replicas: current,
+        waiting_seconds,
+        windows: Windows { up: None, down },
     }
 }
 
-fn settle(
+/// The scale-down window after adding `recommendation`: expired entries dropped, entries that
+/// can no longer be the maximum dropped. An empty window starts with the current replicas, as
+/// if they had just been recommended, so nothing scales down before a whole window has passed.
+fn remember(
+    window: &[Pending],
     current: u32,
-    pending: Pending,
+    recommendation: u32,
     window_seconds: f64,
     now: Timestamp,
-    windows: impl Fn(Option<Pending>) -> Windows,
-) -> Stabilized {
-    let waited = seconds_between(pending.since, now);
-    if waited >= window_seconds {
-        Stabilized {
-            replicas: pending.replicas,
-            waiting_seconds: None,
-            windows: windows(None),
-        }
-    } else {
-        Stabilized {
+) -> Vec<Pending> {
+    let mut kept: Vec<Pending> = window
+        .iter()
+        .copied()
+        .filter(|p| seconds_between(p.since, now) < window_seconds)
+        .collect();
+    if window.is_empty() && window_seconds > 0.0 {
+        kept.push(Pending {
+            since: now,
             replicas: current,
-            waiting_seconds: Some(window_seconds - waited),
-            windows: windows(Some(pending)),
-        }
+        });
     }
+    while kept.last().is_some_and(|p| p.replicas <= recommendation) {
+        kept.pop();
+    }
+    kept.push(Pending {
+        since: now,
+        replicas: recommendation,
+    });
+    kept
 }
 
 #[cfg(test)]
@@ -117,30 +167,70 @@ mod tests {
         Timestamp::from_second(s).unwrap()
     }
 
+    const SETTINGS: WindowSettings = WindowSettings {
+        up_seconds: 0.0,
+        down_seconds: 300.0,
+        poll_seconds: 15.0,
+    };
+
     #[test]
-    fn scale_down_waits_and_takes_the_highest_recommendation() {
-        let first = stabilize(10, 4, Windows::default(), 0.0, 300.0, at(0));
+    fn scale_down_waits_a_whole_window_and_takes_its_highest_recommendation() {
+        let first = stabilize(10, 4, &Windows::default(), SETTINGS, at(0));
         assert_eq!(first.replicas, 10);
-        let second = stabilize(10, 6, first.windows, 0.0, 300.0, at(100));
+        let second = stabilize(10, 6, &first.windows, SETTINGS, at(100));
         assert_eq!(second.replicas, 10);
         assert_eq!(second.waiting_seconds, Some(200.0));
-        let third = stabilize(10, 3, second.windows, 0.0, 300.0, at(300));
+        let third = stabilize(10, 3, &second.windows, SETTINGS, at(300));
         assert_eq!(third.replicas, 6);
-        assert_eq!(third.windows, Windows::default());
+    }
+
+    #[test]
+    fn a_fading_burst_ends_in_one_step() {
+        let mut windows = Windows::default();
+        let mut replicas = 16;
+        let mut changes = vec![];
+        for (t, rec) in [(0, 16), (15, 14), (30, 10), (45, 6), (60, 3)]
+            .into_iter()
+            .chain((75..=600).step_by(15).map(|t| (t, 2)))
+        {
+            let s = stabilize(replicas, rec, &windows, SETTINGS, at(t));
+            if s.replicas != replicas {
+                changes.push((t, s.replicas));
+                replicas = s.replicas;
+            }
+            windows = s.windows;
+        }
+        assert_eq!(changes, vec![(360, 2)]);
     }
 
     #[test]
     fn scale_up_without_window_is_immediate() {
-        let s = stabilize(2, 8, Windows::default(), 0.0, 300.0, at(0));
+        let s = stabilize(2, 8, &Windows::default(), SETTINGS, at(0));
         assert_eq!(s.replicas, 8);
     }
 
     #[test]
-    fn a_recommendation_back_at_current_resets_the_window() {
-        let first = stabilize(10, 4, Windows::default(), 0.0, 300.0, at(0));
-        let second = stabilize(10, 10, first.windows, 0.0, 300.0, at(200));
-        let third = stabilize(10, 4, second.windows, 0.0, 300.0, at(400));
+    fn a_higher_recommendation_restarts_the_wait() {
+        let first = stabilize(10, 4, &Windows::default(), SETTINGS, at(0));
+        let second = stabilize(10, 10, &first.windows, SETTINGS, at(200));
+        let third = stabilize(10, 4, &second.windows, SETTINGS, at(400));
         assert_eq!(third.replicas, 10);
-        assert_eq!(third.waiting_seconds, Some(300.0));
+        assert_eq!(third.waiting_seconds, Some(100.0));
+        let fourth = stabilize(10, 4, &third.windows, SETTINGS, at(500));
+        assert_eq!(fourth.replicas, 4);
+    }
+
+    #[test]
+    fn scale_up_window_takes_the_lowest_recommendation() {
+        let settings = WindowSettings {
+            up_seconds: 60.0,
+            ..SETTINGS
+        };
+        let first = stabilize(2, 8, &Windows::default(), settings, at(0));
+        assert_eq!(first.replicas, 2);
+        let second = stabilize(2, 6, &first.windows, settings, at(30));
+        assert_eq!(second.replicas, 2);
+        let third = stabilize(2, 9, &second.windows, settings, at(60));
+        assert_eq!(third.replicas, 6);
     }
 }

@@ -50,7 +50,12 @@ fn inputs(backlog: f64, lambda: f64, age: f64, replicas: u32) -> ScalingInputs {
 
 #[test]
 fn steady_load_needs_lambda_over_capacity() {
-    let d = decide(&config(), &inputs(0.0, 1000.0, 1.0, 4), &ScalingMemory::default(), at(0));
+    let d = decide(
+        &config(),
+        &inputs(0.0, 1000.0, 1.0, 4),
+        &ScalingMemory::default(),
+        at(0),
+    );
     assert_eq!(d.phase, BudgetPhase::Healthy);
     assert_eq!(d.desired, 4);
     assert_eq!(d.change, None);
@@ -60,35 +65,73 @@ fn steady_load_needs_lambda_over_capacity() {
 fn explanation_names_the_numbers_and_the_partition_cap() {
     let mut c = config();
     c.partitions = PartitionSource::Fixed(6);
-    let d = decide(&c, &inputs(182_000.0, 1400.0, 60.0, 2), &ScalingMemory::default(), at(0));
+    let d = decide(
+        &c,
+        &inputs(600_000.0, 1400.0, 60.0, 2),
+        &ScalingMemory::default(),
+        at(0),
+    );
     assert_eq!(d.desired, 6);
-    assert!(d.explanation.starts_with("backlog 182k, λ 1.4k/s, μ/replica 250/s → need"), "{}", d.explanation);
-    assert!(d.explanation.contains("capped at 6 partitions"), "{}", d.explanation);
-    let limited = d.conditions.iter().find(|c| c.type_ == PARTITION_LIMITED).unwrap();
+    assert!(
+        d.explanation
+            .starts_with("backlog 600k, λ 1.4k/s, μ/replica 250/s → need"),
+        "{}",
+        d.explanation
+    );
+    assert!(
+        d.explanation.contains("capped at 6 partitions"),
+        "{}",
+        d.explanation
+    );
+    let limited = d
+        .conditions
+        .iter()
+        .find(|c| c.type_ == PARTITION_LIMITED)
+        .unwrap();
     assert_eq!(limited.status, Truth::True);
     assert!(limited.message.contains("more consumers cannot help"));
 }
 
 #[test]
 fn burst_scales_up_in_one_step() {
-    // 60k behind at λ 1000/s with 5m to drain → 1200/s → 5 replicas of 250/s.
-    let d = decide(&config(), &inputs(60_000.0, 1000.0, 30.0, 4), &ScalingMemory::default(), at(0));
-    assert!(d.desired >= 5, "{d:?}");
+    // 600k behind with 5m to drain → at least 2000/s → 8 replicas of 250/s, in one change.
+    let d = decide(
+        &config(),
+        &inputs(600_000.0, 1000.0, 30.0, 4),
+        &ScalingMemory::default(),
+        at(0),
+    );
+    assert!(d.desired >= 8, "{d:?}");
     let change = d.change.unwrap();
     assert_eq!(change.from, 4);
 }
 
 #[test]
 fn deadline_close_shrinks_the_window() {
-    let relaxed = decide(&config(), &inputs(60_000.0, 1000.0, 30.0, 4), &ScalingMemory::default(), at(0));
-    let urgent = decide(&config(), &inputs(60_000.0, 1000.0, 550.0, 4), &ScalingMemory::default(), at(0));
+    let relaxed = decide(
+        &config(),
+        &inputs(60_000.0, 1000.0, 30.0, 4),
+        &ScalingMemory::default(),
+        at(0),
+    );
+    let urgent = decide(
+        &config(),
+        &inputs(60_000.0, 1000.0, 550.0, 4),
+        &ScalingMemory::default(),
+        at(0),
+    );
     assert!(urgent.desired > relaxed.desired);
     assert_eq!(urgent.phase, BudgetPhase::Breaching);
 }
 
 #[test]
 fn breached_deadline_asks_for_the_cap() {
-    let d = decide(&config(), &inputs(60_000.0, 1000.0, 900.0, 4), &ScalingMemory::default(), at(0));
+    let d = decide(
+        &config(),
+        &inputs(60_000.0, 1000.0, 900.0, 4),
+        &ScalingMemory::default(),
+        at(0),
+    );
     assert_eq!(d.desired, 12);
     assert_eq!(d.phase, BudgetPhase::Breaching);
 }
@@ -97,10 +140,19 @@ fn breached_deadline_asks_for_the_cap() {
 fn undrainable_when_the_cap_cannot_outpace_arrivals() {
     let mut c = config();
     c.partitions = PartitionSource::Fixed(6);
-    let d = decide(&c, &inputs(0.0, 1500.0, 1.0, 2), &ScalingMemory::default(), at(0));
+    let d = decide(
+        &c,
+        &inputs(0.0, 1500.0, 1.0, 2),
+        &ScalingMemory::default(),
+        at(0),
+    );
     assert_eq!(d.phase, BudgetPhase::Undrainable);
     assert_eq!(d.desired, 6);
-    assert!(d.explanation.contains("can never catch up"), "{}", d.explanation);
+    assert!(
+        d.explanation.contains("can never catch up"),
+        "{}",
+        d.explanation
+    );
     assert_eq!(d.drain_time_seconds, None);
 }
 
@@ -112,9 +164,19 @@ fn empty_backlog_query_holds_and_names_the_query() {
     assert_eq!(d.phase, BudgetPhase::MetricsUnavailable);
     assert_eq!(d.desired, 7);
     assert_eq!(d.change, None);
-    let metrics = d.conditions.iter().find(|c| c.type_ == METRICS_AVAILABLE).unwrap();
+    let metrics = d
+        .conditions
+        .iter()
+        .find(|c| c.type_ == METRICS_AVAILABLE)
+        .unwrap();
     assert_eq!(metrics.status, Truth::False);
-    assert!(metrics.message.contains("spec.metrics.backlog returned no sample"), "{}", metrics.message);
+    assert!(
+        metrics
+            .message
+            .contains("spec.metrics.backlog returned no sample"),
+        "{}",
+        metrics.message
+    );
 }
 
 #[test]
@@ -127,7 +189,11 @@ fn unreachable_prometheus_holds() {
     let d = decide(&config(), &i, &ScalingMemory::default(), at(0));
     assert_eq!(d.phase, BudgetPhase::MetricsUnavailable);
     assert_eq!(d.desired, 3);
-    let metrics = d.conditions.iter().find(|c| c.type_ == METRICS_AVAILABLE).unwrap();
+    let metrics = d
+        .conditions
+        .iter()
+        .find(|c| c.type_ == METRICS_AVAILABLE)
+        .unwrap();
     assert_eq!(metrics.reason, "QueryFailed");
 }
 
@@ -144,7 +210,12 @@ fn conflict_hands_off() {
 #[test]
 fn scale_down_waits_for_the_window() {
     let c = config();
-    let first = decide(&c, &inputs(0.0, 250.0, 1.0, 10), &ScalingMemory::default(), at(0));
+    let first = decide(
+        &c,
+        &inputs(0.0, 250.0, 1.0, 10),
+        &ScalingMemory::default(),
+        at(0),
+    );
     assert_eq!(first.desired, 10);
     assert!(first.explanation.contains("waits"), "{}", first.explanation);
     let second = decide(&c, &inputs(0.0, 250.0, 1.0, 10), &first.memory, at(299));
@@ -157,7 +228,12 @@ fn scale_down_waits_for_the_window() {
 fn max_step_bounds_a_change() {
     let mut c = config();
     c.max_step = 2;
-    let d = decide(&c, &inputs(0.0, 2500.0, 1.0, 4), &ScalingMemory::default(), at(0));
+    let d = decide(
+        &c,
+        &inputs(0.0, 2500.0, 1.0, 4),
+        &ScalingMemory::default(),
+        at(0),
+    );
     assert_eq!(d.desired, 6);
 }
 
@@ -170,7 +246,11 @@ fn oldest_age_is_estimated_when_not_configured() {
     let d = decide(&c, &i, &ScalingMemory::default(), at(0));
     assert_eq!(d.used.oldest_age, Some(30.0));
     assert!(d.used.oldest_age_estimated);
-    let metrics = d.conditions.iter().find(|c| c.type_ == METRICS_AVAILABLE).unwrap();
+    let metrics = d
+        .conditions
+        .iter()
+        .find(|c| c.type_ == METRICS_AVAILABLE)
+        .unwrap();
     assert!(metrics.message.contains("estimated"));
 }
 
@@ -211,7 +291,12 @@ fn measured_capacity_of_idle_consumers_does_not_scale_up() {
 
 #[test]
 fn replicas_above_the_cap_are_corrected_at_once() {
-    let d = decide(&config(), &inputs(0.0, 10.0, 1.0, 30), &ScalingMemory::default(), at(0));
+    let d = decide(
+        &config(),
+        &inputs(0.0, 10.0, 1.0, 30),
+        &ScalingMemory::default(),
+        at(0),
+    );
     assert_eq!(d.desired, 12);
 }
 
@@ -344,11 +429,18 @@ proptest! {
     #[test]
     fn undrainable_exactly_when_the_capped_capacity_cannot_exceed_lambda(
         c in any_config(),
-        lambda in 0.0..1e5f64,
+        share in 0.0..2.0f64,
         current in 1u32..64,
     ) {
+        let partitions = match c.partitions {
+            PartitionSource::Fixed(p) => p,
+            PartitionSource::Query => unreachable!(),
+        };
+        let rate = c.per_replica_rate.unwrap();
+        // The capped capacity: the cap's consumers, limited by the busiest one's partitions.
+        let capped = crate::core::drain::group_capacity(cap_of(&c), partitions, rate);
+        let lambda = capped * share;
         let d = decide(&c, &inputs(0.0, lambda, 0.0, current), &ScalingMemory::default(), at(0));
-        let capped = f64::from(cap_of(&c)) * c.per_replica_rate.unwrap();
         prop_assert_eq!(d.phase == BudgetPhase::Undrainable, lambda > 0.0 && capped <= lambda);
     }
 }

@@ -1,0 +1,312 @@
+//! Simulator scenarios: a workload model (partitions, production, consumer speed, pod start
+//! delay, rebalance cost, scrape and rate() lag) and the budget that governs it.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::api::backlog_budget::{
+    Alerts, BacklogBudgetSpec, Capacity, MetricQueries, ScaleTargetRef, Scaling,
+};
+use crate::core::budget_config::{BudgetConfig, BudgetSpecError};
+use crate::core::duration::{DurationError, non_negative_seconds, positive_seconds};
+
+/// A scenario file.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Simulated time, e.g. 2h.
+    pub duration: String,
+    /// Model step; default 1s.
+    #[serde(default = "default_step")]
+    pub step: String,
+    pub partitions: u32,
+    /// Replicas at the start (default: the budget's minReplicas).
+    #[serde(default)]
+    pub initial_replicas: Option<u32>,
+    /// Events per second over time.
+    pub production: Vec<ProductionSegment>,
+    pub consumer: ConsumerModel,
+    /// How long a new pod takes to start consuming; default 20s.
+    #[serde(default = "default_pod_start_delay")]
+    pub pod_start_delay: String,
+    /// How long consumption stops on every membership change; default 10s.
+    #[serde(default = "default_rebalance_pause")]
+    pub rebalance_pause: String,
+    /// Prometheus scrape interval; default 15s.
+    #[serde(default = "default_scrape_interval")]
+    pub scrape_interval: String,
+    /// rate() window for the produce and completion rates; default 1m.
+    #[serde(default = "default_rate_window")]
+    pub rate_window: String,
+    /// The BacklogBudget governing the consumer (only the fields that matter offline).
+    pub budget: SimBudget,
+    /// KEDA lagThreshold for the lag-threshold policy; default perReplicaRate × targetDrainTime.
+    #[serde(default)]
+    pub lag_threshold: Option<f64>,
+}
+
+fn default_step() -> String {
+    "1s".into()
+}
+fn default_pod_start_delay() -> String {
+    "20s".into()
+}
+fn default_rebalance_pause() -> String {
+    "10s".into()
+}
+fn default_scrape_interval() -> String {
+    "15s".into()
+}
+fn default_rate_window() -> String {
+    "1m".into()
+}
+
+/// Production from `from` on: `rate` events/s, ramping linearly to `rampTo` by the next
+/// segment's start when given.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProductionSegment {
+    pub from: String,
+    pub rate: f64,
+    #[serde(default)]
+    pub ramp_to: Option<f64>,
+}
+
+/// The consumer's true speed (what the policies can only observe through metrics).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConsumerModel {
+    /// Events per second one replica completes.
+    pub per_replica_rate: f64,
+    /// Periods when every replica is slower (e.g. a slow downstream).
+    #[serde(default)]
+    pub slowdowns: Vec<Slowdown>,
+}
+
+/// Every replica runs at `factor` × its rate between `from` and `to`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Slowdown {
+    pub from: String,
+    pub to: String,
+    pub factor: f64,
+}
+
+/// The budget fields the decision uses; the rest of a BacklogBudget (target, queries) does
+/// not exist offline.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SimBudget {
+    pub min_replicas: i32,
+    pub max_replicas: i32,
+    pub completion_deadline: String,
+    #[serde(default = "crate::api::backlog_budget::default_poll_interval")]
+    pub poll_interval: String,
+    #[serde(default)]
+    pub capacity: Option<Capacity>,
+    #[serde(default)]
+    pub scaling: Scaling,
+    #[serde(default)]
+    pub alerts: Alerts,
+}
+
+/// A scenario that cannot be run.
+#[derive(Debug, Error)]
+pub enum ScenarioError {
+    #[error("cannot read scenario {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("scenario {path} is not valid YAML for a scenario: {source}")]
+    Parse {
+        path: String,
+        source: serde_yaml::Error,
+    },
+    #[error("scenario field {0}")]
+    Duration(#[from] DurationError),
+    #[error("scenario budget: {0}")]
+    Budget(#[from] BudgetSpecError),
+    #[error("scenario field {field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+}
+
+/// A scenario with every duration in seconds, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Model {
+    pub name: String,
+    pub duration: f64,
+    pub step: f64,
+    pub partitions: u32,
+    pub initial_replicas: u32,
+    pub production: Vec<(f64, f64, Option<f64>)>,
+    pub per_replica_rate: f64,
+    pub slowdowns: Vec<(f64, f64, f64)>,
+    pub pod_start_delay: f64,
+    pub rebalance_pause: f64,
+    pub scrape_interval: f64,
+    pub rate_window: f64,
+    pub budget: BudgetConfig,
+    pub budget_spec: BacklogBudgetSpec,
+    pub lag_threshold: f64,
+}
+
+impl SimBudget {
+    /// The BacklogBudget spec this stands for, with a placeholder target and queries.
+    pub fn to_spec(&self, partitions: u32) -> BacklogBudgetSpec {
+        BacklogBudgetSpec {
+            scale_target_ref: ScaleTargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "simulated-consumer".into(),
+            },
+            min_replicas: self.min_replicas,
+            max_replicas: self.max_replicas,
+            workload: None,
+            completion_deadline: self.completion_deadline.clone(),
+            retry_policy_ref: None,
+            prometheus: None,
+            metrics: MetricQueries {
+                backlog: "simulated".into(),
+                oldest_unfinished_age: Some("simulated".into()),
+                produce_rate: Some("simulated".into()),
+                completion_rate: Some("simulated".into()),
+                ..MetricQueries::default()
+            },
+            partition_count: Some(i32::try_from(partitions).unwrap_or(i32::MAX)),
+            poll_interval: self.poll_interval.clone(),
+            capacity: self.capacity.clone(),
+            scaling: self.scaling.clone(),
+            alerts: self.alerts.clone(),
+            event_classes: vec![],
+        }
+    }
+}
+
+impl Scenario {
+    pub fn load(path: &std::path::Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        serde_yaml::from_str(&text).map_err(|source| ScenarioError::Parse {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Checks the scenario and converts it into model units (seconds).
+    pub fn model(&self) -> Result<Model, ScenarioError> {
+        let invalid = |field, problem: &str| ScenarioError::Invalid {
+            field,
+            problem: problem.to_owned(),
+        };
+        if self.partitions == 0 {
+            return Err(invalid("partitions", "must be at least 1"));
+        }
+        if !(self.consumer.per_replica_rate.is_finite() && self.consumer.per_replica_rate > 0.0) {
+            return Err(invalid("consumer.perReplicaRate", "must be greater than 0"));
+        }
+        if self.production.is_empty() {
+            return Err(invalid("production", "needs at least one segment"));
+        }
+        let mut production = Vec::new();
+        for segment in &self.production {
+            let from = non_negative_seconds("production[].from", &segment.from)?;
+            let rates = [Some(segment.rate), segment.ramp_to];
+            if rates.iter().flatten().any(|r| !r.is_finite() || *r < 0.0) {
+                return Err(invalid(
+                    "production[].rate",
+                    "must be a non-negative number",
+                ));
+            }
+            production.push((from, segment.rate, segment.ramp_to));
+        }
+        if production.windows(2).any(|w| w[1].0 <= w[0].0) || production[0].0 != 0.0 {
+            return Err(invalid(
+                "production",
+                "segments must start at 0s and be in increasing order of from",
+            ));
+        }
+        let mut slowdowns = Vec::new();
+        for slowdown in &self.consumer.slowdowns {
+            let from = non_negative_seconds("consumer.slowdowns[].from", &slowdown.from)?;
+            let to = positive_seconds("consumer.slowdowns[].to", &slowdown.to)?;
+            if !(slowdown.factor.is_finite() && slowdown.factor >= 0.0) || to <= from {
+                return Err(invalid(
+                    "consumer.slowdowns[]",
+                    "needs from < to and a factor >= 0",
+                ));
+            }
+            slowdowns.push((from, to, slowdown.factor));
+        }
+        let budget_spec = self.budget.to_spec(self.partitions);
+        let budget = BudgetConfig::from_spec(&budget_spec)?;
+        let step = positive_seconds("step", &self.step)?;
+        let initial_replicas = self.initial_replicas.unwrap_or(budget.min_replicas);
+        let lag_threshold = match self.lag_threshold {
+            Some(threshold) if threshold.is_finite() && threshold > 0.0 => threshold,
+            Some(_) => return Err(invalid("lagThreshold", "must be greater than 0")),
+            None => {
+                budget
+                    .per_replica_rate
+                    .unwrap_or(self.consumer.per_replica_rate)
+                    * budget.target_drain_seconds
+            }
+        };
+        Ok(Model {
+            name: self.name.clone(),
+            duration: positive_seconds("duration", &self.duration)?,
+            step,
+            partitions: self.partitions,
+            initial_replicas,
+            production,
+            per_replica_rate: self.consumer.per_replica_rate,
+            slowdowns,
+            pod_start_delay: non_negative_seconds("podStartDelay", &self.pod_start_delay)?,
+            rebalance_pause: non_negative_seconds("rebalancePause", &self.rebalance_pause)?,
+            scrape_interval: positive_seconds("scrapeInterval", &self.scrape_interval)?,
+            rate_window: positive_seconds("rateWindow", &self.rate_window)?,
+            budget,
+            budget_spec,
+            lag_threshold,
+        })
+    }
+}
+
+impl Model {
+    /// Events produced per second at time `t`.
+    pub fn production_rate(&self, t: f64) -> f64 {
+        let index = self
+            .production
+            .iter()
+            .rposition(|(from, _, _)| *from <= t)
+            .unwrap_or(0);
+        let (from, rate, ramp_to) = self.production[index];
+        match ramp_to {
+            None => rate,
+            Some(target) => {
+                let end = self
+                    .production
+                    .get(index + 1)
+                    .map_or(self.duration, |next| next.0);
+                let span = (end - from).max(f64::EPSILON);
+                rate + (target - rate) * ((t - from) / span).clamp(0.0, 1.0)
+            }
+        }
+    }
+
+    /// Events per second one replica completes at time `t`.
+    pub fn replica_rate(&self, t: f64) -> f64 {
+        self.slowdowns
+            .iter()
+            .filter(|(from, to, _)| *from <= t && t < *to)
+            .fold(self.per_replica_rate, |rate, (_, _, factor)| rate * factor)
+    }
+}

@@ -1,0 +1,148 @@
+//! The budget policy against KEDA's lag-threshold behaviour and the always-max bound, on every
+//! scenario in examples/scenarios: the same decision code as the controller, offline.
+//!
+//! The baseline gets what a careful user knows: lagThreshold = perReplicaRate × targetDrainTime.
+
+use std::path::Path;
+
+use backlog_operator::sim::policy::PolicyKind;
+use backlog_operator::sim::run::{Summary, simulate};
+use backlog_operator::sim::scenario::{Model, Scenario};
+
+fn scenarios() -> Vec<Model> {
+    let mut paths: Vec<_> = std::fs::read_dir(Path::new("examples/scenarios"))
+        .expect("examples/scenarios exists")
+        .map(|entry| entry.expect("readable entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|path| {
+            Scenario::load(path)
+                .and_then(|s| s.model())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .collect()
+}
+
+fn run(model: &Model) -> (Summary, Summary, Summary) {
+    (
+        simulate(model, PolicyKind::Budget).summary,
+        simulate(model, PolicyKind::LagThreshold).summary,
+        simulate(model, PolicyKind::Max).summary,
+    )
+}
+
+#[test]
+fn the_issue_scenarios_are_all_there() {
+    let names: Vec<String> = scenarios().into_iter().map(|m| m.name).collect();
+    for expected in [
+        "steady",
+        "burst",
+        "slow-consumer",
+        "flash-sale",
+        "diurnal",
+        "undrainable",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "missing scenario {expected}: {names:?}"
+        );
+    }
+}
+
+#[test]
+fn budget_breaches_no_more_than_lag_threshold_and_costs_at_most_ten_percent_more() {
+    for model in scenarios() {
+        let (budget, keda, max) = run(&model);
+        let name = &model.name;
+        assert!(
+            budget.breach_seconds <= keda.breach_seconds,
+            "{name}: budget breached {}s, lag-threshold {}s",
+            budget.breach_seconds,
+            keda.breach_seconds
+        );
+        if name == "burst" || name == "slow-consumer" {
+            assert!(
+                budget.breach_seconds < keda.breach_seconds,
+                "{name}: budget must breach strictly less ({} vs {})",
+                budget.breach_seconds,
+                keda.breach_seconds
+            );
+        }
+        if max.breach_seconds == 0.0 {
+            assert_eq!(
+                budget.breach_seconds, 0.0,
+                "{name}: max does not breach, budget must not"
+            );
+        }
+        assert!(
+            budget.replica_seconds <= 1.1 * keda.replica_seconds,
+            "{name}: budget used {} replica-seconds, lag-threshold {} (limit 1.1×)",
+            budget.replica_seconds,
+            keda.replica_seconds
+        );
+        assert!(
+            budget.scale_events <= keda.scale_events,
+            "{name}: budget scaled {} times, lag-threshold {}",
+            budget.scale_events,
+            keda.scale_events
+        );
+    }
+}
+
+#[test]
+fn no_policy_ever_asks_for_more_replicas_than_partitions() {
+    for model in scenarios() {
+        for kind in [
+            PolicyKind::Budget,
+            PolicyKind::LagThreshold,
+            PolicyKind::Max,
+        ] {
+            let result = simulate(&model, kind);
+            let highest = result
+                .timeline
+                .iter()
+                .map(|r| r.replicas)
+                .max()
+                .unwrap_or(0);
+            assert!(
+                highest <= model.partitions.max(model.initial_replicas),
+                "{} {}: {highest} replicas for {} partitions",
+                model.name,
+                kind.name(),
+                model.partitions
+            );
+        }
+    }
+}
+
+#[test]
+fn undrainable_is_reported_within_one_poll() {
+    let model = scenarios()
+        .into_iter()
+        .find(|m| m.name == "undrainable")
+        .expect("undrainable scenario");
+    let result = simulate(&model, PolicyKind::Budget);
+    // Decisions start once two scrapes give rates; from then one poll is enough.
+    let first = result
+        .timeline
+        .iter()
+        .find(|r| r.label == "Undrainable")
+        .expect("the budget says Undrainable");
+    assert!(
+        first.t <= model.rate_window + 2.0 * model.budget.poll_interval_seconds,
+        "Undrainable only at {}s",
+        first.t
+    );
+}
+
+#[test]
+fn simulation_is_deterministic() {
+    let model = &scenarios()[0];
+    assert_eq!(
+        simulate(model, PolicyKind::Budget),
+        simulate(model, PolicyKind::Budget)
+    );
+}
