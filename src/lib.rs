@@ -4,5 +4,9 @@
 pub mod api;
 pub mod cli;
 pub mod consumer;
+pub mod controller;
 pub mod core;
+pub mod http;
+pub mod metrics_source;
 pub mod sim;
+pub mod telemetry;

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
             output,
             lag_threshold,
         } => simulate(&scenario, policy, output, lag_threshold),
+        cli::Command::Run(args) => run(args),
         cli::Command::Version => {
             println!("backlog-operator {}", env!("CARGO_PKG_VERSION"));
             Ok(())
@@ -58,5 +59,24 @@ fn simulate(
         Format::Svg => svg::render(&result, model.partitions),
     };
     print!("{text}");
+    Ok(())
+}
+
+fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    backlog_operator::telemetry::init_logging(args.log_json);
+    // kube and reqwest share rustls; exactly one crypto provider is compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let options = backlog_operator::controller::RunOptions {
+        prometheus_url: args.prometheus_url,
+        scope: match args.namespace {
+            Some(namespace) => backlog_operator::controller::Scope::Namespace(namespace),
+            None => backlog_operator::controller::Scope::All,
+        },
+        listen: args.listen,
+        query_timeout: args.query_timeout,
+        query_concurrency: args.query_concurrency,
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(backlog_operator::controller::run(options))?;
     Ok(())
 }

@@ -496,14 +496,16 @@ pub struct BacklogBudgetStatus {
     pub explanation: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale: Option<LastScale>,
-    /// When the recommendation first fell below the current replicas, and the highest
-    /// recommendation since: the scale-down stabilization window, kept here so a restart
-    /// does not reset it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scale_down_pending: Option<PendingScale>,
-    /// Same for scale-up when scaleUpStabilization is set (lowest recommendation since).
+    /// The recommendations of the scale-down window that can still be its highest (oldest
+    /// first): the window survives an operator restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scale_down_window: Vec<PendingScale>,
+    /// A higher recommendation waiting out scaleUpStabilization (the lowest since it began).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_up_pending: Option<PendingScale>,
+    /// Replicas the budget runs below what arrivals need while the deadline has room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub economy_replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paused_classes: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -564,7 +566,7 @@ pub struct LastScale {
 #[serde(rename_all = "camelCase")]
 pub struct PendingScale {
     pub since: Time,
-    /// The recommendation to apply when the window has passed.
+    /// The recommendation (made at `since`, or held since then).
     pub replicas: i32,
 }
 

@@ -55,6 +55,25 @@ pub fn stabilize(
     settings: WindowSettings,
     now: Timestamp,
 ) -> Stabilized {
+    let mut stabilized = stabilize_raw(current, recommendation, windows, settings, now);
+    // A window holding only "the replicas we have" is what an empty window stands for (it is
+    // seeded with them at the next lower recommendation), so keep it empty: a steady budget
+    // then has nothing new to write to its status each poll.
+    if let [only] = stabilized.windows.down.as_slice()
+        && only.replicas == stabilized.replicas
+    {
+        stabilized.windows.down.clear();
+    }
+    stabilized
+}
+
+fn stabilize_raw(
+    current: u32,
+    recommendation: u32,
+    windows: &Windows,
+    settings: WindowSettings,
+    now: Timestamp,
+) -> Stabilized {
     let down = remember(
         &windows.down,
         current,
@@ -210,14 +229,17 @@ mod tests {
     }
 
     #[test]
-    fn a_higher_recommendation_restarts_the_wait() {
+    fn a_recommendation_back_at_the_current_count_restarts_the_wait() {
         let first = stabilize(10, 4, &Windows::default(), SETTINGS, at(0));
         let second = stabilize(10, 10, &first.windows, SETTINGS, at(200));
-        let third = stabilize(10, 4, &second.windows, SETTINGS, at(400));
+        assert!(second.windows.down.is_empty());
+        let third = stabilize(10, 4, &second.windows, SETTINGS, at(215));
         assert_eq!(third.replicas, 10);
-        assert_eq!(third.waiting_seconds, Some(100.0));
-        let fourth = stabilize(10, 4, &third.windows, SETTINGS, at(500));
-        assert_eq!(fourth.replicas, 4);
+        assert_eq!(third.waiting_seconds, Some(300.0));
+        let fourth = stabilize(10, 4, &third.windows, SETTINGS, at(514));
+        assert_eq!(fourth.replicas, 10);
+        let fifth = stabilize(10, 4, &fourth.windows, SETTINGS, at(515));
+        assert_eq!(fifth.replicas, 4);
     }
 
     #[test]

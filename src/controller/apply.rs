@@ -1,0 +1,30 @@
+//! Server-side apply under the operator's one field manager.
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "backlog-operator";
+
+/// Apply parameters: the operator owns the fields it writes and takes them over if another
+/// manager set them (e.g. `kubectl scale` on a workload the budget governs).
+pub fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// Applies `status` to the status subresource of `name`.
+pub async fn apply_status<K, S>(api: &Api<K>, name: &str, status: &S) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    S: Serialize,
+{
+    let body = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(name, &apply_params(), &Patch::Apply(body))
+        .await
+}

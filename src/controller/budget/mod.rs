@@ -1,0 +1,127 @@
+//! The BacklogBudget controller: scales a workload to meet its deadline.
+
+mod conflict;
+mod inputs;
+mod reconcile;
+pub mod status;
+mod target;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+
+use crate::api::backlog_budget::BacklogBudget;
+
+use super::Scope;
+use super::context::Context;
+
+pub const CONTROLLER: &str = "backlogbudget";
+
+/// What the budget reconciler needs besides the shared context.
+pub struct BudgetContext {
+    pub base: Arc<Context>,
+    /// Every HorizontalPodAutoscaler in scope, for conflict detection.
+    pub autoscalers: Store<HorizontalPodAutoscaler>,
+    /// Every BacklogBudget in scope, for conflict detection.
+    pub budgets: Store<BacklogBudget>,
+    kinds: target::Kinds,
+}
+
+/// The budgets whose target is this workload.
+fn budgets_for(
+    store: &Store<BacklogBudget>,
+    kind: &str,
+    namespace: Option<String>,
+    name: &str,
+) -> Vec<ObjectRef<BacklogBudget>> {
+    store
+        .state()
+        .iter()
+        .filter(|b| {
+            b.namespace() == namespace
+                && b.spec.scale_target_ref.kind == kind
+                && b.spec.scale_target_ref.name == name
+        })
+        .map(|b| ObjectRef::from_obj(b.as_ref()))
+        .collect()
+}
+
+pub async fn run(ctx: Arc<Context>, scope: Scope) {
+    let client = ctx.client.clone();
+    let (autoscalers, writer) = reflector::store();
+    let autoscaler_feed = reflector::reflector(
+        writer,
+        watcher(
+            scope.api::<HorizontalPodAutoscaler>(&client),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(|_| futures::future::ready(()));
+    tokio::spawn(autoscaler_feed);
+
+    let controller = Controller::new(
+        scope.api::<BacklogBudget>(&client),
+        watcher::Config::default(),
+    );
+    let budgets = controller.store();
+    let hpa_store = budgets.clone();
+    let deployment_store = budgets.clone();
+    let statefulset_store = budgets.clone();
+    let context = Arc::new(BudgetContext {
+        base: ctx,
+        autoscalers,
+        budgets: budgets.clone(),
+        kinds: target::Kinds::default(),
+    });
+    controller
+        .watches(
+            scope.api::<HorizontalPodAutoscaler>(&client),
+            watcher::Config::default(),
+            move |hpa: HorizontalPodAutoscaler| {
+                let Some(spec) = hpa.spec.as_ref() else {
+                    return Vec::new();
+                };
+                budgets_for(
+                    &hpa_store,
+                    &spec.scale_target_ref.kind,
+                    hpa.namespace(),
+                    &spec.scale_target_ref.name,
+                )
+            },
+        )
+        .watches(
+            scope.api::<Deployment>(&client),
+            watcher::Config::default(),
+            move |d: Deployment| {
+                budgets_for(
+                    &deployment_store,
+                    &Deployment::kind(&()),
+                    d.namespace(),
+                    &d.name_any(),
+                )
+            },
+        )
+        .watches(
+            scope.api::<StatefulSet>(&client),
+            watcher::Config::default(),
+            move |s: StatefulSet| {
+                budgets_for(
+                    &statefulset_store,
+                    &StatefulSet::kind(&()),
+                    s.namespace(),
+                    &s.name_any(),
+                )
+            },
+        )
+        .shutdown_on_signal()
+        .run(reconcile::reconcile, reconcile::error_policy, context)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}

@@ -1,0 +1,273 @@
+//! One BacklogBudget reconcile: read → decide → apply → status.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase};
+use crate::api::conditions::{ConditionSpec, Truth};
+use crate::controller::apply::apply_status;
+use crate::controller::error::{Error, KubeContext};
+use crate::core::budget_config::BudgetConfig;
+use crate::core::metric_input::Observation;
+use crate::core::scaling::{SCALING_ACTIVE, ScalingDecision, ScalingInputs, decide};
+
+use super::{BudgetContext, CONTROLLER, conflict, inputs, status, target};
+
+/// How soon a budget whose spec cannot be used is looked at again.
+const INVALID_RETRY: Duration = Duration::from_secs(30);
+
+pub async fn reconcile(
+    budget: Arc<BacklogBudget>,
+    ctx: Arc<BudgetContext>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&budget, &ctx).await;
+    ctx.base
+        .metrics
+        .reconciled(CONTROLLER, started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Action, Error> {
+    let name = budget.name_any();
+    let namespace = budget.namespace().ok_or_else(|| Error::MissingNamespace {
+        kind: "BacklogBudget",
+        name: name.clone(),
+    })?;
+    let client = &ctx.base.client;
+    let budgets: Api<BacklogBudget> = Api::namespaced(client.clone(), &namespace);
+    let previous = budget.status.clone().unwrap_or_default();
+    let generation = budget.meta().generation;
+    let now = Timestamp::now();
+
+    let config = match BudgetConfig::from_spec(&budget.spec) {
+        Ok(config) => config,
+        Err(problem) => {
+            let condition = ConditionSpec::new(
+                SCALING_ACTIVE,
+                Truth::False,
+                "InvalidSpec",
+                problem.to_string(),
+            );
+            write(
+                budget,
+                &budgets,
+                &previous,
+                status::invalid(&previous, condition, generation, now),
+                ctx,
+            )
+            .await?;
+            return Ok(Action::requeue(INVALID_RETRY));
+        }
+    };
+    let poll = Duration::from_secs_f64(config.poll_interval_seconds);
+
+    let workload_api = ctx
+        .kinds
+        .api(client, &namespace, &budget.spec.scale_target_ref)
+        .await;
+    let workload = match &workload_api {
+        Ok(api) => target::read(api, &budget.spec.scale_target_ref).await,
+        Err(problem) => Err(problem.clone()),
+    };
+    let (workload_api, workload) = match (workload_api, workload) {
+        (Ok(api), Ok(workload)) => (api, workload),
+        (_, Err(problem)) | (Err(problem), _) => {
+            let condition = ConditionSpec::new(
+                SCALING_ACTIVE,
+                Truth::False,
+                "TargetUnavailable",
+                problem.to_string(),
+            );
+            write(
+                budget,
+                &budgets,
+                &previous,
+                status::invalid(&previous, condition, generation, now),
+                ctx,
+            )
+            .await?;
+            return Ok(Action::requeue(poll.max(INVALID_RETRY)));
+        }
+    };
+
+    let other = conflict::other_owner(budget, &ctx.autoscalers.state(), &ctx.budgets.state());
+    let scaling_inputs = match other {
+        Some(owner) => ScalingInputs {
+            conflict: Some(owner),
+            ..idle_inputs(workload)
+        },
+        None => {
+            let address =
+                inputs::prometheus_address(budget, ctx.base.default_prometheus.as_deref());
+            inputs::gather(
+                budget,
+                address.as_deref(),
+                &ctx.base.queries,
+                workload,
+                poll,
+            )
+            .await
+        }
+    };
+    let decision = decide(&config, &scaling_inputs, &status::memory_of(&previous), now);
+
+    if let Some(change) = &decision.change {
+        target::scale(&workload_api, &budget.spec.scale_target_ref.name, change.to)
+            .await
+            .context(|| {
+                format!(
+                    "scaling {} {}/{} to {}",
+                    budget.spec.scale_target_ref.kind,
+                    namespace,
+                    budget.spec.scale_target_ref.name,
+                    change.to
+                )
+            })?;
+        info!(budget = %name, namespace = %namespace, from = change.from, to = change.to, reason = %change.reason, "scaled");
+        publish(
+            ctx,
+            budget,
+            EventType::Normal,
+            if change.to > change.from {
+                "ScaledUp"
+            } else {
+                "ScaledDown"
+            },
+            format!(
+                "{} → {} replicas: {}",
+                change.from, change.to, change.reason
+            ),
+        )
+        .await;
+    }
+
+    let next = status::after_decision(&previous, &decision, generation, now);
+    write(budget, &budgets, &previous, next, ctx).await?;
+    export(ctx, &namespace, &name, &decision);
+    Ok(Action::requeue(poll))
+}
+
+fn idle_inputs(workload: target::Workload) -> ScalingInputs {
+    ScalingInputs {
+        backlog: Observation::Samples(vec![]),
+        oldest_age: None,
+        produce_rate: None,
+        completion_rate: None,
+        retry_rate: None,
+        quarantine_rate: None,
+        partitions: None,
+        paused_class_backlogs: vec![],
+        current_replicas: workload.replicas,
+        ready_replicas: workload.ready,
+        conflict: None,
+    }
+}
+
+/// Writes the status when it says something new, with an Event when the phase changed.
+async fn write(
+    budget: &BacklogBudget,
+    api: &Api<BacklogBudget>,
+    previous: &BacklogBudgetStatus,
+    next: BacklogBudgetStatus,
+    ctx: &BudgetContext,
+) -> Result<(), Error> {
+    if !status::differs(previous, &next) {
+        return Ok(());
+    }
+    let name = budget.name_any();
+    apply_status(api, &name, &next)
+        .await
+        .context(|| format!("writing the status of BacklogBudget {name}"))?;
+    if previous.phase != next.phase
+        && let Some(phase) = next.phase
+    {
+        let warning = !matches!(phase, BudgetPhase::Healthy);
+        publish(
+            ctx,
+            budget,
+            if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            &format!("{phase:?}"),
+            next.explanation.clone().unwrap_or_default(),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+async fn publish(
+    ctx: &BudgetContext,
+    budget: &BacklogBudget,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        // The Events API caps notes at 1 kB.
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx
+        .base
+        .recorder
+        .publish(&event, &budget.object_ref(&()))
+        .await
+    {
+        warn!(budget = %budget.name_any(), %error, "could not publish an event");
+    }
+}
+
+fn export(ctx: &BudgetContext, namespace: &str, name: &str, decision: &ScalingDecision) {
+    use crate::telemetry::{BudgetLabels, PhaseLabels};
+    let metrics = &ctx.base.metrics;
+    for phase in [
+        BudgetPhase::Healthy,
+        BudgetPhase::AtRisk,
+        BudgetPhase::Breaching,
+        BudgetPhase::Undrainable,
+        BudgetPhase::MetricsUnavailable,
+        BudgetPhase::Conflict,
+        BudgetPhase::Invalid,
+    ] {
+        metrics
+            .budget_phase
+            .get_or_create(&PhaseLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                phase: format!("{phase:?}"),
+            })
+            .set(i64::from(phase == decision.phase));
+    }
+    let labels = BudgetLabels {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    };
+    metrics
+        .desired_replicas
+        .get_or_create(&labels)
+        .set(i64::from(decision.desired));
+    metrics
+        .drain_time_seconds
+        .get_or_create(&labels)
+        .set(decision.drain_time_seconds.unwrap_or(f64::NAN));
+}
+
+/// Retries a failed reconcile after a short pause.
+pub fn error_policy(budget: Arc<BacklogBudget>, error: &Error, ctx: Arc<BudgetContext>) -> Action {
+    warn!(budget = %budget.name_any(), %error, "reconcile failed");
+    ctx.base.metrics.failed(CONTROLLER, error.kind());
+    Action::requeue(Duration::from_secs(5))
+}

@@ -1,0 +1,244 @@
+//! Between the decision and the API: the decision's memory read back from status, and the new
+//! status built from a decision. Pure.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::backlog_budget::{
+    BacklogBudgetStatus, BudgetPhase, LastScale, Observed, PendingScale,
+};
+use crate::api::conditions::{ConditionSpec, merge_conditions};
+use crate::core::format::seconds;
+use crate::core::scaling::{PreviousObservation, ScalingDecision, ScalingMemory};
+use crate::core::stabilization::{Pending, Windows};
+
+fn pending_of(p: &PendingScale) -> Pending {
+    Pending {
+        since: p.since.0,
+        replicas: u32::try_from(p.replicas).unwrap_or(0),
+    }
+}
+
+fn pending_to_api(p: &Pending) -> PendingScale {
+    PendingScale {
+        since: Time(p.since),
+        replicas: i32::try_from(p.replicas).unwrap_or(i32::MAX),
+    }
+}
+
+/// What the decision remembers, as kept in status.
+pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
+    let previous = status.observed.as_ref().and_then(|observed| {
+        Some(PreviousObservation {
+            at: observed.at.as_ref()?.0,
+            backlog: observed.backlog?,
+            produce_rate: observed.produce_rate,
+        })
+    });
+    ScalingMemory {
+        previous,
+        windows: Windows {
+            up: status.scale_up_pending.as_ref().map(pending_of),
+            down: status.scale_down_window.iter().map(pending_of).collect(),
+        },
+        last_change_at: status.last_scale.as_ref().map(|s| s.at.0),
+        economy: status.economy_replicas.and_then(|r| u32::try_from(r).ok()),
+    }
+}
+
+fn to_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+/// The status after a decision.
+pub fn after_decision(
+    previous: &BacklogBudgetStatus,
+    decision: &ScalingDecision,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> BacklogBudgetStatus {
+    let used = &decision.used;
+    let last_scale = match &decision.change {
+        Some(change) => Some(LastScale {
+            at: Time(now),
+            from: to_i32(change.from),
+            to: to_i32(change.to),
+            reason: change.reason.clone(),
+        }),
+        None => previous.last_scale.clone(),
+    };
+    BacklogBudgetStatus {
+        observed_generation: generation,
+        phase: Some(decision.phase),
+        observed: Some(Observed {
+            backlog: used.backlog,
+            produce_rate: used.produce_rate,
+            completion_rate: used.completion_rate,
+            retry_rate: used.retry_rate,
+            quarantine_rate: used.quarantine_rate,
+            oldest_unfinished_age: used.oldest_age,
+            oldest_unfinished_age_text: used.oldest_age.map(seconds),
+            oldest_age_estimated: used.oldest_age_estimated,
+            partitions: used.partitions.map(to_i32),
+            replicas: Some(to_i32(used.replicas)),
+            at: Some(Time(now)),
+        }),
+        drain_time_seconds: decision
+            .drain_time_seconds
+            .map(|s| (s * 10.0).round() / 10.0),
+        drain_time: decision.drain_time_seconds.map(seconds),
+        desired_replicas: Some(to_i32(decision.desired)),
+        explanation: Some(decision.explanation.clone()),
+        last_scale,
+        scale_down_window: decision
+            .memory
+            .windows
+            .down
+            .iter()
+            .map(pending_to_api)
+            .collect(),
+        scale_up_pending: decision.memory.windows.up.as_ref().map(pending_to_api),
+        economy_replicas: decision.memory.economy.map(to_i32),
+        conditions: merge_conditions(&previous.conditions, &decision.conditions, generation, now),
+        ..previous.clone()
+    }
+}
+
+/// The status when the spec or the target is unusable: nothing else changes.
+pub fn invalid(
+    previous: &BacklogBudgetStatus,
+    condition: ConditionSpec,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> BacklogBudgetStatus {
+    BacklogBudgetStatus {
+        observed_generation: generation,
+        phase: Some(BudgetPhase::Invalid),
+        explanation: Some(condition.message.clone()),
+        conditions: merge_conditions(&previous.conditions, &[condition], generation, now),
+        ..previous.clone()
+    }
+}
+
+/// Whether `next` says anything `current` does not; the observation time alone is not news,
+/// so an idle budget does not rewrite its status every poll.
+pub fn differs(current: &BacklogBudgetStatus, next: &BacklogBudgetStatus) -> bool {
+    let without_time = |status: &BacklogBudgetStatus| {
+        let mut status = status.clone();
+        if let Some(observed) = status.observed.as_mut() {
+            observed.at = None;
+        }
+        status
+    };
+    without_time(current) != without_time(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::budget_config::{BudgetConfig, PartitionSource};
+    use crate::core::metric_input::Observation;
+    use crate::core::scaling::{ScalingInputs, decide};
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn config() -> BudgetConfig {
+        BudgetConfig {
+            min_replicas: 1,
+            max_replicas: 12,
+            deadline_seconds: 600.0,
+            poll_interval_seconds: 15.0,
+            target_drain_seconds: 300.0,
+            scale_up_stabilization_seconds: 0.0,
+            scale_down_stabilization_seconds: 180.0,
+            max_step: 0,
+            rebalance_cost_seconds: 0.0,
+            per_replica_rate: Some(100.0),
+            reserved_retry_share: 0.0,
+            warning_at: 0.5,
+            critical_at: 0.8,
+            partitions: PartitionSource::Fixed(12),
+            oldest_age_configured: true,
+            produce_rate_configured: true,
+            completion_rate_configured: false,
+        }
+    }
+
+    fn inputs(backlog: f64, lambda: f64, replicas: u32) -> ScalingInputs {
+        let v = |x: f64| Observation::Samples(vec![x]);
+        ScalingInputs {
+            backlog: v(backlog),
+            oldest_age: Some(v(10.0)),
+            produce_rate: Some(v(lambda)),
+            completion_rate: None,
+            retry_rate: None,
+            quarantine_rate: None,
+            partitions: None,
+            paused_class_backlogs: vec![],
+            current_replicas: replicas,
+            ready_replicas: None,
+            conflict: None,
+        }
+    }
+
+    #[test]
+    fn memory_survives_a_round_trip_through_status() {
+        let first = decide(
+            &config(),
+            &inputs(0.0, 100.0, 6),
+            &ScalingMemory::default(),
+            at(0),
+        );
+        let status = after_decision(&BacklogBudgetStatus::default(), &first, Some(1), at(0));
+        let memory = memory_of(&status);
+        assert_eq!(memory.windows, first.memory.windows);
+        assert_eq!(memory.previous, first.memory.previous);
+        assert_eq!(memory.economy, first.memory.economy);
+    }
+
+    #[test]
+    fn an_idle_poll_is_not_a_status_change() {
+        let decision = decide(
+            &config(),
+            &inputs(0.0, 600.0, 6),
+            &ScalingMemory::default(),
+            at(0),
+        );
+        let first = after_decision(&BacklogBudgetStatus::default(), &decision, Some(1), at(0));
+        let again = decide(
+            &config(),
+            &inputs(0.0, 600.0, 6),
+            &memory_of(&first),
+            at(15),
+        );
+        let second = after_decision(&first, &again, Some(1), at(15));
+        assert!(!differs(&first, &second), "{first:?}\n{second:?}");
+        let busier = decide(
+            &config(),
+            &inputs(5000.0, 600.0, 6),
+            &memory_of(&first),
+            at(30),
+        );
+        assert!(differs(
+            &first,
+            &after_decision(&first, &busier, Some(1), at(30))
+        ));
+    }
+
+    #[test]
+    fn a_scale_is_recorded() {
+        let decision = decide(
+            &config(),
+            &inputs(200_000.0, 600.0, 2),
+            &ScalingMemory::default(),
+            at(0),
+        );
+        let status = after_decision(&BacklogBudgetStatus::default(), &decision, Some(1), at(0));
+        let last = status.last_scale.expect("scaled");
+        assert_eq!(last.from, 2);
+        assert!(last.to > 2);
+        assert_eq!(status.desired_replicas, Some(last.to));
+    }
+}

@@ -1,0 +1,98 @@
+//! The controllers (`backlog-operator run`): one reconciler per kind, each thin —
+//! read → decide (in `core`) → apply (server-side apply) → status.
+
+pub mod apply;
+pub mod budget;
+pub mod context;
+pub mod error;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tracing::info;
+
+use crate::http::{Health, serve};
+use crate::metrics_source::MetricsSource;
+use crate::metrics_source::prometheus::PrometheusBackend;
+use crate::telemetry::Metrics;
+
+pub use context::Context;
+pub use error::Error;
+
+/// Which namespaces the controllers watch.
+#[derive(Clone, Debug)]
+pub enum Scope {
+    All,
+    Namespace(String),
+}
+
+impl Scope {
+    pub fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        match self {
+            Scope::All => Api::all(client.clone()),
+            Scope::Namespace(namespace) => Api::namespaced(client.clone(), namespace),
+        }
+    }
+}
+
+/// Settings of `backlog-operator run`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub prometheus_url: Option<String>,
+    pub scope: Scope,
+    pub listen: SocketAddr,
+    pub query_timeout: Duration,
+    pub query_concurrency: usize,
+}
+
+/// Runs every controller until a termination signal.
+pub async fn run(options: RunOptions) -> Result<(), Error> {
+    let client = Client::try_default().await.map_err(Error::Client)?;
+    let metrics = Arc::new(Metrics::default());
+    let queries = Arc::new(
+        MetricsSource::new(
+            PrometheusBackend::shared(),
+            options.query_concurrency,
+            options.query_timeout,
+        )
+        .with_observer(metrics.clone()),
+    );
+    let health = Health {
+        metrics: metrics.clone(),
+        ready: Default::default(),
+    };
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let listen = options.listen;
+    let server = tokio::spawn(serve(listen, health.clone(), bound_tx));
+    if let Ok(address) = bound_rx.await {
+        info!(%address, "serving /metrics, /healthz and /readyz");
+    }
+    let context = Arc::new(Context::new(
+        client,
+        metrics,
+        queries,
+        options.prometheus_url.clone(),
+    ));
+    health.ready.store(true, Ordering::Relaxed);
+    info!(scope = ?options.scope, prometheus = ?options.prometheus_url, "controllers starting");
+    tokio::select! {
+        () = budget::run(context.clone(), options.scope.clone()) => {}
+        served = server => {
+            if let Ok(Err(source)) = served {
+                return Err(Error::Serve { address: listen, source });
+            }
+        }
+    }
+    info!("controllers stopped");
+    Ok(())
+}

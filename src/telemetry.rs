@@ -1,0 +1,167 @@
+//! The operator's own telemetry: Prometheus metrics about its reconciles, budgets and queries,
+//! and `tracing` logs (JSON in a cluster, readable text on a terminal).
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::{EncodeLabelSet, text::encode};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::metrics_source::QueryObserver;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: String,
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub namespace: String,
+    pub name: String,
+    pub phase: String,
+}
+
+/// Everything the operator exports on `/metrics`.
+pub struct Metrics {
+    registry: Registry,
+    pub reconciles: Family<ControllerLabels, Counter>,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub reconcile_duration: Family<ControllerLabels, Histogram>,
+    pub budget_phase: Family<PhaseLabels, Gauge>,
+    pub desired_replicas: Family<BudgetLabels, Gauge>,
+    pub drain_time_seconds: Family<BudgetLabels, Gauge<f64, AtomicU64>>,
+    pub query_duration: Histogram,
+    pub query_failures: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("backlog_operator");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        let reconcile_duration =
+            Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 12))
+            });
+        let budget_phase = Family::<PhaseLabels, Gauge>::default();
+        let desired_replicas = Family::<BudgetLabels, Gauge>::default();
+        let drain_time_seconds = Family::<BudgetLabels, Gauge<f64, AtomicU64>>::default();
+        let query_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        let query_failures = Counter::default();
+        registry.register("reconciles", "Reconciles run", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by error kind",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time spent in one reconcile",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "budget_phase",
+            "1 for the phase each BacklogBudget is in, 0 for the others",
+            budget_phase.clone(),
+        );
+        registry.register(
+            "budget_desired_replicas",
+            "Replicas the budget wants for its workload",
+            desired_replicas.clone(),
+        );
+        registry.register(
+            "budget_drain_time_seconds",
+            "Predicted seconds to drain the backlog (NaN when it cannot drain)",
+            drain_time_seconds.clone(),
+        );
+        registry.register(
+            "prometheus_query_duration_seconds",
+            "Latency of the PromQL queries the operator evaluates",
+            query_duration.clone(),
+        );
+        registry.register(
+            "prometheus_query_failures",
+            "PromQL queries that failed or timed out",
+            query_failures.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            budget_phase,
+            desired_replicas,
+            drain_time_seconds,
+            query_duration,
+            query_failures,
+        }
+    }
+}
+
+impl Metrics {
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+
+    /// Records one reconcile of `controller`.
+    pub fn reconciled(&self, controller: &str, seconds: f64) {
+        let labels = ControllerLabels {
+            controller: controller.to_owned(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
+    pub fn failed(&self, controller: &str, error: &str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels {
+                controller: controller.to_owned(),
+                error: error.to_owned(),
+            })
+            .inc();
+    }
+}
+
+impl QueryObserver for Metrics {
+    fn observe(&self, seconds: f64, failed: bool) {
+        self.query_duration.observe(seconds);
+        if failed {
+            self.query_failures.inc();
+        }
+    }
+}
+
+/// Starts logging: JSON lines when `json`, otherwise compact text. `RUST_LOG` filters.
+pub fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // A second initialisation (e.g. in tests) is harmless and ignored.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.compact().try_init()
+    };
+}
