@@ -200,16 +200,17 @@ mod tests {
 
     #[test]
     fn an_idle_poll_is_not_a_status_change() {
+        // 1200/s needs all 12 replicas: nothing to wait for, nothing to change.
         let decision = decide(
             &config(),
-            &inputs(0.0, 600.0, 6),
+            &inputs(0.0, 1200.0, 12),
             &ScalingMemory::default(),
             at(0),
         );
         let first = after_decision(&BacklogBudgetStatus::default(), &decision, Some(1), at(0));
         let again = decide(
             &config(),
-            &inputs(0.0, 600.0, 6),
+            &inputs(0.0, 1200.0, 12),
             &memory_of(&first),
             at(15),
         );
@@ -217,7 +218,7 @@ mod tests {
         assert!(!differs(&first, &second), "{first:?}\n{second:?}");
         let busier = decide(
             &config(),
-            &inputs(5000.0, 600.0, 6),
+            &inputs(5000.0, 1200.0, 12),
             &memory_of(&first),
             at(30),
         );
