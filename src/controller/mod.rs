@@ -55,20 +55,41 @@ pub struct RunOptions {
     pub query_concurrency: usize,
 }
 
-/// Runs every controller until a termination signal.
-pub async fn run(options: RunOptions) -> Result<(), Error> {
-    let client = Client::try_default().await.map_err(Error::Client)?;
+/// The shared context for a client: metrics, the query cache and the event recorder.
+pub fn context(
+    client: Client,
+    prometheus_url: Option<String>,
+    query_timeout: Duration,
+    query_concurrency: usize,
+) -> Arc<Context> {
     let metrics = Arc::new(Metrics::default());
     let queries = Arc::new(
         MetricsSource::new(
             PrometheusBackend::shared(),
-            options.query_concurrency,
-            options.query_timeout,
+            query_concurrency,
+            query_timeout,
         )
         .with_observer(metrics.clone()),
     );
+    Arc::new(Context::new(client, metrics, queries, prometheus_url))
+}
+
+/// Runs every controller on `context` until they stop (on a termination signal).
+pub async fn run_controllers(context: Arc<Context>, scope: Scope) {
+    tokio::join!(budget::run(context.clone(), scope.clone()));
+}
+
+/// Runs every controller until a termination signal.
+pub async fn run(options: RunOptions) -> Result<(), Error> {
+    let client = Client::try_default().await.map_err(Error::Client)?;
+    let context = context(
+        client,
+        options.prometheus_url.clone(),
+        options.query_timeout,
+        options.query_concurrency,
+    );
     let health = Health {
-        metrics: metrics.clone(),
+        metrics: context.metrics.clone(),
         ready: Default::default(),
     };
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
@@ -77,16 +98,10 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
     if let Ok(address) = bound_rx.await {
         info!(%address, "serving /metrics, /healthz and /readyz");
     }
-    let context = Arc::new(Context::new(
-        client,
-        metrics,
-        queries,
-        options.prometheus_url.clone(),
-    ));
     health.ready.store(true, Ordering::Relaxed);
     info!(scope = ?options.scope, prometheus = ?options.prometheus_url, "controllers starting");
     tokio::select! {
-        () = budget::run(context.clone(), options.scope.clone()) => {}
+        () = run_controllers(context, options.scope.clone()) => {}
         served = server => {
             if let Ok(Err(source)) = served {
                 return Err(Error::Serve { address: listen, source });

@@ -23,6 +23,9 @@
 //! (`env.fresh_namespace("...")`).
 #![allow(dead_code)] // every test binary uses a different part of this module
 
+pub mod exporter;
+pub mod operator;
+
 use std::collections::BTreeMap;
 use std::collections::hash_map::RandomState;
 use std::fmt::Debug;

@@ -1,0 +1,47 @@
+//! The operator's controllers, run in the test process against the test cluster as admin.
+//! Stopped when the handle is dropped (or restarted, to test restart safety).
+
+use std::time::Duration;
+
+use backlog_operator::controller::{Context, Scope, context, run_controllers};
+use std::sync::Arc;
+
+use super::TestEnv;
+
+pub struct Operator {
+    task: Option<tokio::task::JoinHandle<()>>,
+    pub context: Arc<Context>,
+}
+
+impl Operator {
+    /// Starts the controllers watching `namespace`, with `prometheus` as the default server.
+    pub fn start(env: &TestEnv, namespace: &str, prometheus: Option<&str>) -> Operator {
+        let context = context(
+            env.admin(),
+            prometheus.map(str::to_owned),
+            Duration::from_secs(2),
+            8,
+        );
+        let task = env.runtime().spawn(run_controllers(
+            context.clone(),
+            Scope::Namespace(namespace.to_owned()),
+        ));
+        Operator {
+            task: Some(task),
+            context,
+        }
+    }
+
+    /// Stops the controllers (as a crash would: no cleanup).
+    pub fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
