@@ -159,6 +159,31 @@ impl BudgetConfig {
     }
 }
 
+/// A budget for unit tests: 12 partitions of 250 events/s, a 10-minute deadline, 15 s polls,
+/// no retry share, no rebalance cost; tests adjust fields with struct update syntax.
+#[cfg(test)]
+pub(crate) fn example() -> BudgetConfig {
+    BudgetConfig {
+        min_replicas: 1,
+        max_replicas: 20,
+        deadline_seconds: 600.0,
+        poll_interval_seconds: 15.0,
+        target_drain_seconds: 300.0,
+        scale_up_stabilization_seconds: 0.0,
+        scale_down_stabilization_seconds: 300.0,
+        max_step: 0,
+        rebalance_cost_seconds: 0.0,
+        per_replica_rate: Some(250.0),
+        reserved_retry_share: 0.0,
+        warning_at: 0.5,
+        critical_at: 0.8,
+        partitions: PartitionSource::Fixed(12),
+        oldest_age_configured: true,
+        produce_rate_configured: true,
+        completion_rate_configured: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,5 @@
 //! Parsing the Go-style duration strings of the API into seconds.
 
-use std::str::FromStr;
-
 use thiserror::Error;
 
 /// A duration field that does not hold a usable duration.
@@ -15,17 +13,14 @@ pub enum DurationError {
 
 /// Seconds of a non-negative Go duration string.
 pub fn non_negative_seconds(field: &str, value: &str) -> Result<f64, DurationError> {
-    let parsed = kube::core::Duration::from_str(value).map_err(|_| DurationError::Unparsable {
-        field: field.to_owned(),
-        value: value.to_owned(),
-    })?;
-    if parsed.is_negative() {
-        return Err(DurationError::Unparsable {
+    // The consumer library's parser checks syntax and magnitude before converting, so no
+    // input (however long its digits) can make the conversion overflow.
+    crate::consumer::parse_go_duration(value)
+        .map(|duration| duration.as_secs_f64())
+        .map_err(|_| DurationError::Unparsable {
             field: field.to_owned(),
             value: value.to_owned(),
-        });
-    }
-    Ok(std::time::Duration::from(parsed).as_secs_f64())
+        })
 }
 
 /// Seconds of a positive Go duration string.
@@ -57,5 +52,6 @@ mod tests {
         assert!(error.to_string().contains("spec.scaling.targetDrainTime"));
         assert!(positive_seconds("x", "0s").is_err());
         assert!(non_negative_seconds("x", "-5s").is_err());
+        assert!(non_negative_seconds("x", "99999999999999999999h").is_err());
     }
 }

@@ -2,10 +2,14 @@
 //! No I/O and no clock reads here; the controllers and the simulator supply both.
 
 pub mod budget_config;
+pub mod class_breaker;
 pub mod drain;
 pub mod duration;
 pub mod format;
+pub mod leadership;
 pub mod metric_input;
 pub mod recommendation;
+pub mod replay_plan;
+pub mod replay_scope;
 pub mod scaling;
 pub mod stabilization;

@@ -110,7 +110,14 @@ pub fn recommend(config: &BudgetConfig, demand: &Demand, supply: &Supply) -> Rec
 
     // A rising arrival rate is projected two reaction times ahead (at most doubling it), so a
     // ramp is met by one larger step.
+    // A projected rise below a tenth of λ is indistinguishable from the noise of a rate()
+    // window and is ignored, so a steady workload is not mistaken for a ramp.
     let rise = (demand.produce_rate_trend.max(0.0) * 2.0 * reaction).min(lambda);
+    let rise = if rise < TREND_NOISE_SHARE * lambda {
+        0.0
+    } else {
+        rise
+    };
     let lambda_ahead = lambda + rise;
     let completing = group_capacity(supply.current, partitions, capacity);
     let backlog_ahead = demand.backlog + (lambda - completing).max(0.0) * reaction;
@@ -213,33 +220,20 @@ fn has_room(
     backlog_fits && age_fits
 }
 
+/// Projected rises smaller than this share of λ count as noise.
+const TREND_NOISE_SHARE: f64 = 0.1;
+
 /// Share of the warning age economy may use.
 const ECONOMY_AGE_SHARE: f64 = 0.9;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::budget_config::PartitionSource;
 
     fn config() -> BudgetConfig {
         BudgetConfig {
-            min_replicas: 1,
-            max_replicas: 20,
-            deadline_seconds: 600.0,
-            poll_interval_seconds: 15.0,
-            target_drain_seconds: 300.0,
-            scale_up_stabilization_seconds: 0.0,
-            scale_down_stabilization_seconds: 300.0,
-            max_step: 0,
             rebalance_cost_seconds: 10.0,
-            per_replica_rate: Some(250.0),
-            reserved_retry_share: 0.0,
-            warning_at: 0.5,
-            critical_at: 0.8,
-            partitions: PartitionSource::Fixed(12),
-            oldest_age_configured: true,
-            produce_rate_configured: true,
-            completion_rate_configured: false,
+            ..crate::core::budget_config::example()
         }
     }
 

@@ -314,7 +314,10 @@ fn gather(
             .last_change_at
             .is_none_or(|at| seconds_between(at, now) >= measurement_settle_seconds(config));
     // (rate per ready replica, whether it is exact rather than a lower bound)
-    let measurement = match (completion_rate, backlog) {
+    // Saturation is judged on the backlog the consumers work on: a held event class's
+    // backlog waits by design while the replicas idle, and counting it would read their
+    // completions as their capacity and scale to the cap.
+    let measurement = match (completion_rate, used.scaling_backlog) {
         (Some(completed), Some(b)) if ready > 0 && completed > 0.0 => Some((
             completed / f64::from(ready),
             settled && b > completed * config.poll_interval_seconds,

@@ -7,25 +7,7 @@ fn at(s: i64) -> Timestamp {
 }
 
 fn config() -> BudgetConfig {
-    BudgetConfig {
-        min_replicas: 1,
-        max_replicas: 20,
-        deadline_seconds: 600.0,
-        poll_interval_seconds: 15.0,
-        target_drain_seconds: 300.0,
-        scale_up_stabilization_seconds: 0.0,
-        scale_down_stabilization_seconds: 300.0,
-        max_step: 0,
-        rebalance_cost_seconds: 0.0,
-        per_replica_rate: Some(250.0),
-        reserved_retry_share: 0.0,
-        warning_at: 0.5,
-        critical_at: 0.8,
-        partitions: PartitionSource::Fixed(12),
-        oldest_age_configured: true,
-        produce_rate_configured: true,
-        completion_rate_configured: false,
-    }
+    crate::core::budget_config::example()
 }
 
 fn value(v: f64) -> Observation {
@@ -443,4 +425,18 @@ proptest! {
         let d = decide(&c, &inputs(0.0, lambda, 0.0, current), &ScalingMemory::default(), at(0));
         prop_assert_eq!(d.phase == BudgetPhase::Undrainable, lambda > 0.0 && capped <= lambda);
     }
+}
+
+#[test]
+fn a_held_class_backlog_does_not_make_idle_consumers_look_saturated() {
+    // 400/s of healthy work on 4 replicas that can do 250/s each; a paused class has left
+    // 99 600 events waiting. The replicas complete 100/s each because that is all there is
+    // to do, not because that is all they can do.
+    let mut held = inputs(100_000.0, 400.0, 5.0, 4);
+    held.completion_rate = Some(value(400.0));
+    held.paused_class_backlogs = vec![("refund".into(), value(99_600.0))];
+    let d = decide(&config(), &held, &ScalingMemory::default(), at(0));
+    assert!(!d.used.per_replica_rate_measured, "{d:?}");
+    assert_eq!(d.used.per_replica_rate, Some(250.0));
+    assert!(d.desired <= 4, "{}", d.explanation);
 }

@@ -1,0 +1,449 @@
+//! Planning a replay (pure): how the frozen id list is cut into stages and batches, what each
+//! stage's Job is called, whether an approval counts, and the phase machine that says what to
+//! do next from what the status recorded and what the Jobs show.
+//!
+//! Life of a replay (seed 000, section 4: dead letters are a worklist, a replay is a change to
+//! production): `AwaitingApproval` → `Approved` → `Canary` (batch 0, a few events) →
+//! `Verifying` (PromQL checks on the canary's effects) → `Running` (every other batch) →
+//! `Succeeded`; a failed batch or check stops it in `Halted` for good, and `spec.suspend`
+//! pauses it in `Suspended`.
+//!
+//! The controller supplies every fact (status, Jobs, check results, the queue) and the time;
+//! nothing here reads a clock or the cluster. Expensive facts are asked for only when needed:
+//! a [`Decision`] with a [`Need`] means "give me this and decide again".
+
+use std::fmt;
+use std::ops::Range;
+
+use k8s_openapi::jiff::Timestamp;
+use thiserror::Error;
+
+use super::metric_input::Observation;
+use crate::api::replay_job::ReplayPhase;
+
+/// Longest Kubernetes object name usable as a label value (Jobs label their Pods with it).
+const MAX_NAME: usize = 63;
+
+// ---------------------------------------------------------------------------------------------
+// Stages and batches
+
+/// The two stages of every replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StageName {
+    Canary,
+    Main,
+}
+
+impl StageName {
+    pub const ALL: [StageName; 2] = [StageName::Canary, StageName::Main];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageName::Canary => "canary",
+            StageName::Main => "main",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<StageName> {
+        StageName::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// The phase while this stage's Job runs.
+    pub fn running_phase(self) -> ReplayPhase {
+        match self {
+            StageName::Canary => ReplayPhase::Canary,
+            StageName::Main => ReplayPhase::Running,
+        }
+    }
+}
+
+impl fmt::Display for StageName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the replay is cut: events in the canary batch, events in every later batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchPlan {
+    pub canary: u32,
+    pub size: u32,
+}
+
+/// `spec.batches` that cannot be used (the CRD's schema already refuses these; checked again
+/// so that nothing here can divide by zero whatever reaches it).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("spec.batches.{field} is {value}; it must be at least 1")]
+pub struct PlanProblem {
+    pub field: &'static str,
+    pub value: i64,
+}
+
+impl BatchPlan {
+    pub fn new(canary: i32, size: i32) -> Result<BatchPlan, PlanProblem> {
+        let positive = |field, value: i32| {
+            u32::try_from(value)
+                .ok()
+                .filter(|v| *v > 0)
+                .ok_or(PlanProblem {
+                    field,
+                    value: i64::from(value),
+                })
+        };
+        Ok(BatchPlan {
+            canary: positive("canary", canary)?,
+            size: positive("size", size)?,
+        })
+    }
+}
+
+/// One stage: a contiguous slice of the frozen list, cut into batches, run as one Indexed Job
+/// whose index `i` is batch `first_batch + i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stage {
+    pub name: StageName,
+    /// 0-based line of the frozen list where the stage begins.
+    pub first_event: u32,
+    pub events: u32,
+    pub batch_size: u32,
+    /// Replay-wide number of the stage's first batch: the canary is batch 0.
+    pub first_batch: u32,
+}
+
+impl Stage {
+    pub fn batches(&self) -> u32 {
+        self.events.div_ceil(self.batch_size.max(1))
+    }
+
+    /// The lines of the frozen list that Job index `index` replays.
+    pub fn lines(&self, index: u32) -> Option<Range<u32>> {
+        if index >= self.batches() {
+            return None;
+        }
+        let offset = u64::from(index) * u64::from(self.batch_size);
+        let start = u64::from(self.first_event) + offset;
+        let end = (start + u64::from(self.batch_size))
+            .min(u64::from(self.first_event) + u64::from(self.events));
+        Some(u32::try_from(start).ok()?..u32::try_from(end).ok()?)
+    }
+}
+
+/// The stages for `event_count` frozen ids: the canary is the first `plan.canary` ids as one
+/// batch (batch 0); the rest, if any, is the main stage in batches of `plan.size`.
+pub fn stages(event_count: u32, plan: BatchPlan) -> Vec<Stage> {
+    if event_count == 0 {
+        return Vec::new();
+    }
+    let canary_events = plan.canary.min(event_count);
+    let mut stages = vec![Stage {
+        name: StageName::Canary,
+        first_event: 0,
+        events: canary_events,
+        batch_size: canary_events,
+        first_batch: 0,
+    }];
+    if event_count > canary_events {
+        stages.push(Stage {
+            name: StageName::Main,
+            first_event: canary_events,
+            events: event_count - canary_events,
+            batch_size: plan.size,
+            first_batch: 1,
+        });
+    }
+    stages
+}
+
+/// Every batch of `ids` in replay order, as the Jobs' indices cut them.
+pub fn batches<T>(ids: &[T], plan: BatchPlan) -> Vec<&[T]> {
+    let count = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+    stages(count, plan)
+        .iter()
+        .flat_map(|stage| (0..stage.batches()).filter_map(|i| stage.lines(i)))
+        .filter_map(|lines| ids.get(lines.start as usize..lines.end as usize))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names
+
+/// Six characters of the replay's uid: names of one replay never collide with those left
+/// behind by a deleted replay of the same name.
+fn uid_suffix(uid: &str) -> String {
+    uid.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .take(6)
+        .collect()
+}
+
+fn child_name(replay: &str, part: &str, uid: &str) -> String {
+    let suffix = format!("-{part}-{}", uid_suffix(uid));
+    let room = MAX_NAME.saturating_sub(suffix.len());
+    let stem: String = replay.chars().take(room).collect();
+    format!("{}{suffix}", stem.trim_end_matches('-'))
+}
+
+/// The Job of a stage: the same replay always gets the same name, so a restarted operator
+/// finds the Job it created instead of creating a second one.
+pub fn job_name(replay: &str, uid: &str, stage: StageName) -> String {
+    child_name(replay, stage.as_str(), uid)
+}
+
+/// The immutable ConfigMap holding the frozen ids.
+pub fn scope_config_map_name(replay: &str, uid: &str) -> String {
+    child_name(replay, "scope", uid)
+}
+
+/// The replay's operation id, passed to the worker and recorded with every replayed event.
+pub fn operation_id(uid: &str) -> String {
+    format!("replay-{uid}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Approval
+
+/// Why an approval does not count (the API server's admission policy refuses these already;
+/// the operator checks again so that a cluster without the policy still needs two people).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ApprovalProblem {
+    #[error(
+        "waiting for approval: a member of the approvers group other than {requested_by} sets spec.approval.approvedBy to their own user name"
+    )]
+    Missing { requested_by: String },
+    #[error("spec.approval.approvedBy is empty: the approver sets it to their own user name")]
+    Blank,
+    #[error(
+        "spec.approval.approvedBy {approved_by:?} is the requester (spec.requestedBy {requested_by:?}): a replay needs a second person's approval; another approver must approve it"
+    )]
+    SelfApproved {
+        approved_by: String,
+        requested_by: String,
+    },
+}
+
+impl ApprovalProblem {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApprovalProblem::Missing { .. } => "AwaitingApproval",
+            ApprovalProblem::Blank => "ApproverMissing",
+            ApprovalProblem::SelfApproved { .. } => "SelfApproval",
+        }
+    }
+}
+
+/// The approver, if the approval counts: present, not blank, and not the requester (compared
+/// without case and surrounding blanks, so `Alice` cannot approve `alice`'s replay).
+pub fn check_approval(
+    requested_by: &str,
+    approved_by: Option<&str>,
+) -> Result<String, ApprovalProblem> {
+    let Some(approved_by) = approved_by else {
+        return Err(ApprovalProblem::Missing {
+            requested_by: requested_by.to_owned(),
+        });
+    };
+    let approver = approved_by.trim();
+    if approver.is_empty() {
+        return Err(ApprovalProblem::Blank);
+    }
+    if approver.eq_ignore_ascii_case(requested_by.trim()) {
+        return Err(ApprovalProblem::SelfApproved {
+            approved_by: approved_by.to_owned(),
+            requested_by: requested_by.to_owned(),
+        });
+    }
+    Ok(approver.to_owned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the cluster shows
+
+/// How a stage's Job ended, or that it has not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobOutcome {
+    Running,
+    Succeeded,
+    /// With the Job's reason and message.
+    Failed(String),
+}
+
+/// A stage's Job as the API server shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobView {
+    pub uid: String,
+    pub suspended: bool,
+    /// Batches (indices) that succeeded.
+    pub succeeded: u32,
+    /// Batches (indices) that failed for good.
+    pub failed: u32,
+    pub outcome: JobOutcome,
+    /// When the Job finished, if it says.
+    pub finished_at: Option<Timestamp>,
+}
+
+/// What is found under a stage's Job name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobObservation {
+    Absent,
+    /// A Job of that name that this replay does not own: never adopted or changed.
+    Foreign,
+    Present(JobView),
+}
+
+/// The number of indices in a Job's `completedIndexes`/`failedIndexes` list (`"1,3-5"` → 4).
+pub fn count_indexes(list: &str) -> Result<u32, String> {
+    let mut count: u32 = 0;
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (a, b),
+            None => (part, part),
+        };
+        let parse = |text: &str| {
+            text.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{part:?} in index list {list:?} is not an index or range"))
+        };
+        let (first, last) = (parse(first)?, parse(last)?);
+        if last < first {
+            return Err(format!("range {part:?} in {list:?} runs backwards"));
+        }
+        count = count.saturating_add(last - first + 1);
+    }
+    Ok(count)
+}
+
+/// A stage as recorded in the status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageRecord {
+    pub stage: Stage,
+    pub job: String,
+    pub job_uid: Option<String>,
+    /// Set when the operator decided to start the stage, before its Job is created: from then
+    /// on the approval is locked (the admission policy reads this) and the stage is never
+    /// skipped.
+    pub started_at: Option<Timestamp>,
+    /// Set once the stage's Job succeeded; a failed stage halts the replay instead.
+    pub finished_at: Option<Timestamp>,
+    pub succeeded: u32,
+    pub failed: u32,
+}
+
+impl StageRecord {
+    fn planned(stage: Stage, replay: &str, uid: &str) -> StageRecord {
+        StageRecord {
+            stage,
+            job: job_name(replay, uid, stage.name),
+            job_uid: None,
+            started_at: None,
+            finished_at: None,
+            succeeded: 0,
+            failed: 0,
+        }
+    }
+}
+
+/// Why a replay stopped for good.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Halt {
+    /// CamelCase: `BatchFailed`, `VerificationFailed`, ...
+    pub reason: String,
+    pub message: String,
+}
+
+/// What one verification check returned.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CheckResult {
+    /// One sample, not zero.
+    Holds(f64),
+    /// One sample, zero.
+    Fails(f64),
+    /// No usable sample, and why.
+    Unknown(String),
+}
+
+/// A check's result under its name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckOutcome {
+    pub name: String,
+    pub query: String,
+    pub result: CheckResult,
+}
+
+/// Reads a check's query result: exactly one finite sample is an answer (non-zero holds);
+/// anything else is not yet an answer — an empty result is missing data, never a pass.
+pub fn check_result(observation: &Observation) -> CheckResult {
+    match observation {
+        Observation::Failed(reason) => CheckResult::Unknown(format!("the query failed: {reason}")),
+        Observation::Samples(samples) => match samples.as_slice() {
+            [] => CheckResult::Unknown(
+                "the query returned no sample (missing data is not a pass)".to_owned(),
+            ),
+            [value] if !value.is_finite() => {
+                CheckResult::Unknown(format!("the query returned {value}"))
+            }
+            [value] if *value == 0.0 => CheckResult::Fails(*value),
+            [value] => CheckResult::Holds(*value),
+            many => CheckResult::Unknown(format!(
+                "the query returned {} series; it must return one (aggregate it, e.g. with sum)",
+                many.len()
+            )),
+        },
+    }
+}
+
+/// Another replay of the same source queue, as far as the queue is concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueMember {
+    /// `namespace/name`.
+    pub key: String,
+    pub created: Timestamp,
+    /// A stage started and the replay has not ended.
+    pub active: bool,
+    /// Approved and waiting for the queue (phase `Approved`).
+    pub queued: bool,
+}
+
+/// Whether this replay may start on its source queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueState {
+    Free,
+    /// `holder` is replaying the queue (`active`) or was queued first.
+    Busy {
+        holder: String,
+        active: bool,
+    },
+}
+
+/// At most one replay per source queue: a replay may start when no other is active on it and
+/// none queued before it (older, or as old and first by name) is waiting.
+pub fn queue_state(key: &str, created: Timestamp, others: &[QueueMember]) -> QueueState {
+    let mut others: Vec<&QueueMember> = others.iter().filter(|m| m.key != key).collect();
+    others.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
+    if let Some(active) = others.iter().find(|m| m.active) {
+        return QueueState::Busy {
+            holder: active.key.clone(),
+            active: true,
+        };
+    }
+    match others
+        .iter()
+        .find(|m| m.queued && (m.created, m.key.as_str()) < (created, key))
+    {
+        Some(first) => QueueState::Busy {
+            holder: first.key.clone(),
+            active: false,
+        },
+        None => QueueState::Free,
+    }
+}
+
+mod machine;
+
+pub use machine::{
+    APPROVED, Action, Decision, HALTED, JOB_ACCEPTED, Need, ReplayFacts, SCOPE_FROZEN, SCOPE_RETRY,
+    ScopeFacts, VERIFICATION_PATIENCE, VERIFICATION_RETRY, VERIFIED, WAIT_RETRY, WAITING, decide,
+};
+
+#[cfg(test)]
+mod tests;

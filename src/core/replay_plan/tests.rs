@@ -1,0 +1,861 @@
+use proptest::prelude::*;
+
+use super::machine::job_of;
+use super::*;
+use crate::api::conditions::Truth;
+
+fn at(s: i64) -> Timestamp {
+    Timestamp::from_second(s).unwrap()
+}
+
+const UID: &str = "5e3c1a2b-0000-4000-8000-000000000001";
+
+fn plan(canary: u32, size: u32) -> BatchPlan {
+    BatchPlan { canary, size }
+}
+
+/// A fresh, approved replay of `count` ids that nothing has happened to yet.
+fn facts(count: u32) -> ReplayFacts {
+    ReplayFacts {
+        replay: "orders".into(),
+        uid: UID.into(),
+        source_queue: "orders.dlq".into(),
+        scope: ScopeFacts::Frozen {
+            count,
+            config_map: scope_config_map_name("orders", UID),
+            sha256: "ab".into(),
+        },
+        plan: Ok(plan(2, 5)),
+        approval: Ok("bob".into()),
+        recorded_approver: None,
+        suspend: false,
+        stages: vec![],
+        jobs: vec![],
+        halted: None,
+        verified: false,
+        has_checks: true,
+        verification: None,
+        queue: None,
+        rejected: None,
+        now: at(1000),
+    }
+}
+
+fn view(outcome: JobOutcome, succeeded: u32, failed: u32) -> JobView {
+    JobView {
+        uid: "job-uid".into(),
+        suspended: false,
+        succeeded,
+        failed,
+        outcome,
+        finished_at: None,
+    }
+}
+
+fn holds(name: &str) -> CheckOutcome {
+    CheckOutcome {
+        name: name.into(),
+        query: "q".into(),
+        result: CheckResult::Holds(1.0),
+    }
+}
+
+/// Applies a decision the way the controller does: its stages become the recorded ones, and a
+/// started stage's Job appears.
+fn apply(mut facts: ReplayFacts, decision: &Decision) -> ReplayFacts {
+    facts.stages = decision.stages.clone();
+    facts.halted = decision.halt.clone();
+    facts.verified = decision
+        .conditions
+        .iter()
+        .any(|c| c.type_ == VERIFIED && c.status == Truth::True);
+    if let Some(Action::Start(record)) = &decision.action {
+        facts.recorded_approver = facts.approval.clone().ok();
+        facts.jobs.retain(|(s, _)| *s != record.stage.name);
+        facts.jobs.push((
+            record.stage.name,
+            JobObservation::Present(view(JobOutcome::Running, 0, 0)),
+        ));
+    }
+    facts.verification = None;
+    facts.queue = None;
+    facts
+}
+
+fn set_job(facts: &mut ReplayFacts, stage: StageName, job: JobObservation) {
+    facts.jobs.retain(|(s, _)| *s != stage);
+    facts.jobs.push((stage, job));
+}
+
+/// Runs the canary of a 12-id replay (canary 2, size 5) to success and returns the facts.
+fn canary_done() -> ReplayFacts {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    set_job(
+        &mut f,
+        StageName::Canary,
+        JobObservation::Present(view(JobOutcome::Succeeded, 1, 0)),
+    );
+    f
+}
+
+#[test]
+fn stages_cut_the_list_canary_first() {
+    let cut = stages(12, plan(2, 5));
+    assert_eq!(cut.len(), 2);
+    assert_eq!(cut[0].name, StageName::Canary);
+    assert_eq!(
+        (cut[0].first_event, cut[0].events, cut[0].batches()),
+        (0, 2, 1)
+    );
+    assert_eq!(cut[1].name, StageName::Main);
+    assert_eq!(
+        (cut[1].first_event, cut[1].events, cut[1].batches()),
+        (2, 10, 2)
+    );
+    assert_eq!(cut[1].lines(1), Some(7..12));
+    assert_eq!(cut[1].lines(2), None);
+    // Fewer ids than the canary: one stage, no main Job.
+    let small = stages(1, plan(2, 5));
+    assert_eq!(small.len(), 1);
+    assert_eq!(small[0].lines(0), Some(0..1));
+    assert!(stages(0, plan(2, 5)).is_empty());
+}
+
+#[test]
+fn batches_in_order() {
+    let ids: Vec<u32> = (0..8).collect();
+    let cut = batches(&ids, plan(1, 3));
+    assert_eq!(cut, vec![&[0][..], &[1, 2, 3], &[4, 5, 6], &[7]]);
+}
+
+#[test]
+fn batch_settings_below_one_are_refused() {
+    assert!(BatchPlan::new(0, 5).is_err());
+    assert!(BatchPlan::new(1, -1).is_err());
+    let problem = BatchPlan::new(1, 0).unwrap_err();
+    assert!(problem.to_string().contains("spec.batches.size"));
+    assert_eq!(BatchPlan::new(1, 5), Ok(plan(1, 5)));
+}
+
+#[test]
+fn names_are_deterministic_short_and_distinct() {
+    let canary = job_name("orders", UID, StageName::Canary);
+    assert_eq!(canary, "orders-canary-5e3c1a");
+    assert_eq!(canary, job_name("orders", UID, StageName::Canary));
+    assert_eq!(
+        job_name("orders", UID, StageName::Main),
+        "orders-main-5e3c1a"
+    );
+    assert_eq!(scope_config_map_name("orders", UID), "orders-scope-5e3c1a");
+    let long = "a".repeat(80);
+    assert!(job_name(&long, UID, StageName::Canary).len() <= 63);
+    assert_eq!(operation_id(UID), format!("replay-{UID}"));
+}
+
+#[test]
+fn approvals_need_a_second_person() {
+    assert_eq!(check_approval("alice", Some("bob")), Ok("bob".into()));
+    assert!(matches!(
+        check_approval("alice", None),
+        Err(ApprovalProblem::Missing { .. })
+    ));
+    assert_eq!(
+        check_approval("alice", Some("  ")),
+        Err(ApprovalProblem::Blank)
+    );
+    for same in ["alice", "Alice", " alice "] {
+        assert!(matches!(
+            check_approval("alice", Some(same)),
+            Err(ApprovalProblem::SelfApproved { .. })
+        ));
+    }
+    let problem = check_approval("alice", Some("alice")).unwrap_err();
+    assert!(problem.to_string().contains("spec.approval.approvedBy"));
+}
+
+#[test]
+fn index_lists_are_counted() {
+    assert_eq!(count_indexes(""), Ok(0));
+    assert_eq!(count_indexes("0"), Ok(1));
+    assert_eq!(count_indexes("1,3-5"), Ok(4));
+    assert_eq!(count_indexes("0-9"), Ok(10));
+    assert!(count_indexes("5-3").is_err());
+    assert!(count_indexes("x").is_err());
+}
+
+#[test]
+fn check_results_need_exactly_one_sample() {
+    assert_eq!(
+        check_result(&Observation::Samples(vec![1.0])),
+        CheckResult::Holds(1.0)
+    );
+    assert_eq!(
+        check_result(&Observation::Samples(vec![0.0])),
+        CheckResult::Fails(0.0)
+    );
+    for unknown in [
+        Observation::Samples(vec![]),
+        Observation::Samples(vec![1.0, 1.0]),
+        Observation::Samples(vec![f64::NAN]),
+        Observation::Failed("down".into()),
+    ] {
+        assert!(matches!(check_result(&unknown), CheckResult::Unknown(_)));
+    }
+}
+
+#[test]
+fn the_queue_goes_to_the_active_replay_then_the_oldest_waiting_one() {
+    let member = |key: &str, created, active, queued| QueueMember {
+        key: key.into(),
+        created: at(created),
+        active,
+        queued,
+    };
+    assert_eq!(queue_state("ns/b", at(20), &[]), QueueState::Free);
+    assert_eq!(
+        queue_state("ns/b", at(20), &[member("ns/a", 30, true, false)]),
+        QueueState::Busy {
+            holder: "ns/a".into(),
+            active: true
+        }
+    );
+    // An older replay waiting goes first; a younger one does not hold this one back.
+    assert_eq!(
+        queue_state("ns/b", at(20), &[member("ns/a", 10, false, true)]),
+        QueueState::Busy {
+            holder: "ns/a".into(),
+            active: false
+        }
+    );
+    assert_eq!(
+        queue_state("ns/b", at(20), &[member("ns/c", 30, false, true)]),
+        QueueState::Free
+    );
+    // The same age: the name decides, so both sides agree.
+    assert_eq!(
+        queue_state("ns/b", at(20), &[member("ns/a", 20, false, true)]),
+        QueueState::Busy {
+            holder: "ns/a".into(),
+            active: false
+        }
+    );
+    assert_eq!(
+        queue_state("ns/a", at(20), &[member("ns/b", 20, false, true)]),
+        QueueState::Free
+    );
+    // Itself is never in the way.
+    assert_eq!(
+        queue_state("ns/b", at(20), &[member("ns/b", 20, true, false)]),
+        QueueState::Free
+    );
+}
+
+#[test]
+fn without_approval_nothing_starts() {
+    let mut f = facts(12);
+    f.approval = Err(ApprovalProblem::Missing {
+        requested_by: "alice".into(),
+    });
+    f.queue = Some(QueueState::Free);
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::AwaitingApproval);
+    assert_eq!(decision.action, None);
+    assert!(decision.message.contains("spec.approval.approvedBy"));
+    let approved = decision
+        .conditions
+        .iter()
+        .find(|c| c.type_ == APPROVED)
+        .unwrap();
+    assert_eq!(approved.status, Truth::False);
+}
+
+#[test]
+fn an_approved_replay_asks_for_the_queue_then_starts_the_canary() {
+    let f = facts(12);
+    let asked = decide(&f);
+    assert_eq!(asked.need, Some(Need::Queue));
+    assert_eq!(asked.action, None);
+    assert_eq!(asked.phase, ReplayPhase::Approved);
+
+    let mut f = f;
+    f.queue = Some(QueueState::Free);
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Canary);
+    let Some(Action::Start(record)) = &decision.action else {
+        panic!("no start: {decision:?}");
+    };
+    assert_eq!(record.stage.name, StageName::Canary);
+    assert_eq!(record.job, "orders-canary-5e3c1a");
+    assert_eq!(record.started_at, Some(at(1000)));
+    // Both stages are recorded, only the canary started.
+    assert_eq!(decision.stages.len(), 2);
+    assert!(decision.stages[1].started_at.is_none());
+}
+
+#[test]
+fn a_busy_queue_makes_the_replay_wait_naming_the_holder() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Busy {
+        holder: "team/first".into(),
+        active: true,
+    });
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Approved);
+    assert_eq!(decision.action, None);
+    let waiting = decision
+        .conditions
+        .iter()
+        .find(|c| c.type_ == WAITING)
+        .unwrap();
+    assert_eq!(waiting.status, Truth::True);
+    assert!(
+        waiting.message.contains("team/first"),
+        "{}",
+        waiting.message
+    );
+    assert_eq!(decision.recheck_after, Some(WAIT_RETRY));
+}
+
+#[test]
+fn the_canary_succeeds_verification_holds_and_the_main_stage_starts() {
+    let f = canary_done();
+    let asked = decide(&f);
+    assert_eq!(asked.phase, ReplayPhase::Verifying);
+    assert_eq!(asked.need, Some(Need::Verification));
+    assert!(asked.stages[0].finished_at.is_some());
+
+    let mut f = f;
+    f.verification = Some(vec![holds("dups")]);
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Running);
+    let Some(Action::Start(main)) = &decision.action else {
+        panic!("no main start: {decision:?}");
+    };
+    assert_eq!(main.stage.name, StageName::Main);
+    assert_eq!(main.stage.first_event, 2);
+
+    // The main Job succeeds: the replay succeeded.
+    let mut f = apply(f, &decision);
+    assert!(f.verified);
+    set_job(
+        &mut f,
+        StageName::Main,
+        JobObservation::Present(view(JobOutcome::Succeeded, 2, 0)),
+    );
+    let done = decide(&f);
+    assert_eq!(done.phase, ReplayPhase::Succeeded);
+    assert_eq!(done.action, None);
+    assert!(done.stages.iter().all(|s| s.finished_at.is_some()));
+}
+
+#[test]
+fn a_failed_canary_halts_without_a_main_stage() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    set_job(
+        &mut f,
+        StageName::Canary,
+        JobObservation::Present(view(
+            JobOutcome::Failed("MaxFailedIndexesExceeded".into()),
+            0,
+            1,
+        )),
+    );
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Halted);
+    assert_eq!(decision.action, None);
+    let halt = decision.halt.clone().unwrap();
+    assert_eq!(halt.reason, "BatchFailed");
+    assert!(halt.message.contains("batch 0"), "{}", halt.message);
+    assert!(halt.message.contains("line 1"), "{}", halt.message);
+    // Later reconciles: still halted, whatever happens.
+    let mut f = apply(f, &decision);
+    f.queue = Some(QueueState::Free);
+    let again = decide(&f);
+    assert_eq!(again.phase, ReplayPhase::Halted);
+    assert_eq!(again.action, None);
+}
+
+#[test]
+fn a_failed_check_halts_without_a_main_stage() {
+    let mut f = canary_done();
+    f.verification = Some(vec![
+        holds("a"),
+        CheckOutcome {
+            name: "dups".into(),
+            query: "sum(dups) == bool 0".into(),
+            result: CheckResult::Fails(0.0),
+        },
+    ]);
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Halted);
+    assert_eq!(decision.action, None);
+    assert_eq!(decision.halt.as_ref().unwrap().reason, "VerificationFailed");
+    assert!(decision.message.contains("\"dups\""));
+    let verified = decision
+        .conditions
+        .iter()
+        .find(|c| c.type_ == VERIFIED)
+        .unwrap();
+    assert_eq!(verified.status, Truth::False);
+}
+
+#[test]
+fn checks_without_an_answer_are_retried_then_halt() {
+    let mut f = canary_done();
+    f.stages[0].finished_at = Some(at(1000));
+    f.jobs.clear();
+    set_job(
+        &mut f,
+        StageName::Canary,
+        JobObservation::Present(view(JobOutcome::Succeeded, 1, 0)),
+    );
+    f.verification = Some(vec![CheckOutcome {
+        name: "dups".into(),
+        query: "q".into(),
+        result: CheckResult::Unknown("no sample".into()),
+    }]);
+    f.now = at(1010);
+    let waiting = decide(&f);
+    assert_eq!(waiting.phase, ReplayPhase::Verifying);
+    assert_eq!(waiting.action, None);
+    assert_eq!(waiting.recheck_after, Some(VERIFICATION_RETRY));
+    f.now = at(1000 + VERIFICATION_PATIENCE.as_secs() as i64);
+    let halted = decide(&f);
+    assert_eq!(halted.phase, ReplayPhase::Halted);
+    assert_eq!(halted.halt.unwrap().reason, "VerificationUnavailable");
+}
+
+#[test]
+fn without_checks_the_canary_alone_decides() {
+    let mut f = canary_done();
+    f.has_checks = false;
+    let decision = decide(&f);
+    assert_eq!(decision.need, None);
+    assert!(
+        matches!(decision.action, Some(Action::Start(ref r)) if r.stage.name == StageName::Main)
+    );
+}
+
+#[test]
+fn a_replay_smaller_than_the_canary_ends_with_the_canary() {
+    let mut f = facts(2);
+    f.queue = Some(QueueState::Free);
+    f.has_checks = false;
+    let started = decide(&f);
+    assert_eq!(started.stages.len(), 1);
+    let mut f = apply(f, &started);
+    set_job(
+        &mut f,
+        StageName::Canary,
+        JobObservation::Present(view(JobOutcome::Succeeded, 1, 0)),
+    );
+    assert_eq!(decide(&f).phase, ReplayPhase::Succeeded);
+}
+
+#[test]
+fn suspend_suspends_the_running_job_and_resume_resumes_it() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    f.suspend = true;
+    let suspended = decide(&f);
+    assert_eq!(suspended.phase, ReplayPhase::Suspended);
+    assert_eq!(
+        suspended.action,
+        Some(Action::Suspend {
+            job: "orders-canary-5e3c1a".into(),
+            suspend: true
+        })
+    );
+    let mut job = view(JobOutcome::Running, 0, 0);
+    job.suspended = true;
+    set_job(&mut f, StageName::Canary, JobObservation::Present(job));
+    assert_eq!(decide(&f).action, None);
+    f.suspend = false;
+    let resumed = decide(&f);
+    assert_eq!(resumed.phase, ReplayPhase::Canary);
+    assert_eq!(
+        resumed.action,
+        Some(Action::Suspend {
+            job: "orders-canary-5e3c1a".into(),
+            suspend: false
+        })
+    );
+}
+
+#[test]
+fn a_suspended_replay_does_not_start() {
+    let mut f = facts(12);
+    f.suspend = true;
+    f.queue = Some(QueueState::Free);
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Suspended);
+    assert_eq!(decision.action, None);
+    let mut f = canary_done();
+    f.suspend = true;
+    f.verification = Some(vec![holds("a")]);
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Suspended);
+    assert_eq!(decision.action, None);
+}
+
+#[test]
+fn a_stage_recorded_but_never_created_is_created_under_the_same_name() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    // The operator stopped between the status write and the Job.
+    f.jobs.clear();
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Canary);
+    let Some(Action::Start(record)) = decision.action else {
+        panic!("the stage should be created");
+    };
+    assert_eq!(record, started.stages[0]);
+}
+
+#[test]
+fn a_job_deleted_after_it_was_seen_halts() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let f = apply(f, &started);
+    let seen = decide(&f);
+    assert_eq!(seen.stages[0].job_uid.as_deref(), Some("job-uid"));
+    let mut f = apply(f, &seen);
+    f.jobs.clear();
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Halted);
+    assert_eq!(decision.halt.unwrap().reason, "JobDeleted");
+    assert_eq!(decision.action, None);
+}
+
+#[test]
+fn an_approval_changed_after_the_start_halts_and_suspends() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    f.approval = Ok("mallory".into());
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Halted);
+    assert_eq!(decision.halt.unwrap().reason, "ApprovalChanged");
+    assert_eq!(
+        decision.action,
+        Some(Action::Suspend {
+            job: "orders-canary-5e3c1a".into(),
+            suspend: true
+        })
+    );
+}
+
+#[test]
+fn a_template_the_api_server_refuses_fails_before_the_start() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    f.rejected = Some((
+        StageName::Canary,
+        "spec.template.spec.containers[0].image: Required value".into(),
+    ));
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Failed);
+    assert_eq!(decision.action, None);
+    assert!(decision.message.contains("spec.template"));
+    assert!(decision.stages.iter().all(|s| s.started_at.is_none()));
+    let accepted = decision
+        .conditions
+        .iter()
+        .find(|c| c.type_ == JOB_ACCEPTED)
+        .unwrap();
+    assert_eq!(accepted.status, Truth::False);
+    assert!(accepted.message.contains("containers[0].image"));
+}
+
+#[test]
+fn a_scope_that_cannot_be_frozen_yet_is_pending() {
+    let mut f = facts(12);
+    f.scope = ScopeFacts::NotFrozen {
+        message: "spec.scope.eventIdsFrom: ConfigMap ids not found".into(),
+        permanent: false,
+    };
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Pending);
+    assert_eq!(decision.action, None);
+    assert_eq!(decision.recheck_after, Some(SCOPE_RETRY));
+    f.scope = ScopeFacts::NotFrozen {
+        message: "no ids".into(),
+        permanent: true,
+    };
+    assert_eq!(decide(&f).phase, ReplayPhase::Failed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties
+
+fn arb_plan() -> impl Strategy<Value = BatchPlan> {
+    (1u32..30, 0u32..60).prop_map(|(canary, extra)| plan(canary, canary + extra))
+}
+
+proptest! {
+    /// Every id lands in exactly one batch, in order; the canary is the first batch and holds
+    /// the first `canary` ids; no batch is empty or larger than its stage's batch size.
+    #[test]
+    fn every_id_lands_in_exactly_one_batch_in_order(count in 0u32..500, plan in arb_plan()) {
+        let ids: Vec<u32> = (0..count).collect();
+        let cut = batches(&ids, plan);
+        let flat: Vec<u32> = cut.iter().flat_map(|b| b.iter().copied()).collect();
+        prop_assert_eq!(&flat, &ids);
+        prop_assert!(cut.iter().all(|b| !b.is_empty()));
+        let planned = stages(count, plan);
+        if count > 0 {
+            prop_assert_eq!(planned[0].name, StageName::Canary);
+            prop_assert_eq!(planned[0].first_event, 0);
+            prop_assert_eq!(planned[0].batches(), 1);
+            prop_assert_eq!(cut[0].len() as u32, plan.canary.min(count));
+        }
+        let mut next_batch = 0;
+        let mut next_line = 0;
+        for stage in &planned {
+            prop_assert_eq!(stage.first_batch, next_batch);
+            prop_assert_eq!(stage.first_event, next_line);
+            for index in 0..stage.batches() {
+                let lines = stage.lines(index).unwrap();
+                prop_assert_eq!(lines.start, next_line);
+                prop_assert!(lines.end > lines.start);
+                prop_assert!(lines.end - lines.start <= stage.batch_size);
+                next_line = lines.end;
+            }
+            next_batch += stage.batches();
+        }
+        prop_assert_eq!(next_line, count);
+        prop_assert_eq!(next_batch as usize, cut.len());
+    }
+
+    /// Job names depend on nothing but the replay, its uid and the stage, differ per stage and
+    /// are valid object names.
+    #[test]
+    fn job_names_are_deterministic(name in "[a-z][a-z0-9-]{0,47}", uid in "[0-9a-f]{8}-[0-9a-f]{4}") {
+        let canary = job_name(&name, &uid, StageName::Canary);
+        prop_assert_eq!(&canary, &job_name(&name, &uid, StageName::Canary));
+        prop_assert_ne!(&canary, &job_name(&name, &uid, StageName::Main));
+        for n in [canary, job_name(&name, &uid, StageName::Main), scope_config_map_name(&name, &uid)] {
+            prop_assert!(n.len() <= 63);
+            prop_assert!(!n.contains("--") || name.contains("--"));
+            prop_assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+        }
+    }
+
+    /// Nothing starts without a valid approval; a halted replay never starts or resumes
+    /// anything by itself; a stage starts only when its Job is absent and every stage before it
+    /// finished; the canary is the first stage to start.
+    #[test]
+    fn the_phase_machine_keeps_its_promises(f in arb_facts()) {
+        let decision = decide(&f);
+        if f.approval.is_err() {
+            prop_assert!(!matches!(decision.action, Some(Action::Start(_))), "{:?}", decision);
+        }
+        if f.halted.is_some() {
+            prop_assert_eq!(decision.phase, ReplayPhase::Halted);
+            prop_assert!(matches!(
+                decision.action,
+                None | Some(Action::Suspend { suspend: true, .. })
+            ), "{:?}", decision);
+        }
+        if decision.halt.is_some() {
+            prop_assert_eq!(decision.phase, ReplayPhase::Halted);
+        }
+        if let Some(Action::Start(record)) = &decision.action {
+            prop_assert!(matches!(job_of(&f, record.stage.name), JobObservation::Absent));
+            prop_assert!(record.job_uid.is_none());
+            prop_assert!(record.started_at.is_some());
+            for earlier in decision.stages.iter().filter(|s| s.stage.name < record.stage.name) {
+                prop_assert!(earlier.finished_at.is_some(), "{:?}", decision);
+            }
+            if f.stages.iter().all(|s| s.started_at.is_none()) {
+                prop_assert_eq!(record.stage.name, StageName::Canary);
+                prop_assert_eq!(record.stage.first_event, 0);
+            }
+            prop_assert!(!f.suspend);
+            prop_assert_eq!(&record.job, &job_name(&f.replay, &f.uid, record.stage.name));
+        }
+        if let Some(Action::Suspend { suspend: false, .. }) = &decision.action {
+            prop_assert!(!f.suspend);
+            prop_assert!(f.halted.is_none());
+        }
+        // Recorded stages are never dropped or re-cut.
+        for (before, after) in f.stages.iter().zip(&decision.stages) {
+            prop_assert_eq!(before.stage, after.stage);
+            prop_assert_eq!(&before.job, &after.job);
+            prop_assert!(before.started_at.is_none() || after.started_at == before.started_at);
+        }
+    }
+
+    /// Fed back its own decisions with Jobs that keep running, a replay that is halted stays
+    /// halted however often it is reconciled.
+    #[test]
+    fn a_halted_replay_stays_halted(f in arb_facts(), rounds in 1usize..5) {
+        let mut f = f;
+        let first = decide(&f);
+        if first.halt.is_some() {
+            for _ in 0..rounds {
+                let decision = decide(&f);
+                f = apply(f, &decision);
+                f.queue = Some(QueueState::Free);
+                f.verification = Some(vec![holds("a")]);
+                let again = decide(&f);
+                prop_assert_eq!(again.phase, ReplayPhase::Halted);
+                prop_assert!(!matches!(again.action, Some(Action::Start(_))));
+            }
+        }
+    }
+}
+
+fn arb_job() -> impl Strategy<Value = JobObservation> {
+    prop_oneof![
+        Just(JobObservation::Absent),
+        Just(JobObservation::Foreign),
+        (
+            prop_oneof![
+                Just(JobOutcome::Running),
+                Just(JobOutcome::Succeeded),
+                Just(JobOutcome::Failed("BackoffLimitExceeded".into()))
+            ],
+            any::<bool>(),
+            0u32..4,
+            0u32..2,
+            prop_oneof![Just("job-uid"), Just("other-uid")],
+        )
+            .prop_map(|(outcome, suspended, succeeded, failed, uid)| {
+                JobObservation::Present(JobView {
+                    uid: uid.into(),
+                    suspended,
+                    succeeded,
+                    failed,
+                    outcome,
+                    finished_at: None,
+                })
+            }),
+    ]
+}
+
+fn arb_facts() -> impl Strategy<Value = ReplayFacts> {
+    let approval = prop_oneof![
+        Just(Ok("bob".to_owned())),
+        Just(Ok("carol".to_owned())),
+        Just(Err(ApprovalProblem::Missing {
+            requested_by: "alice".into()
+        })),
+        Just(Err(ApprovalProblem::SelfApproved {
+            approved_by: "alice".into(),
+            requested_by: "alice".into()
+        })),
+    ];
+    let queue = prop_oneof![
+        Just(None),
+        Just(Some(QueueState::Free)),
+        Just(Some(QueueState::Busy {
+            holder: "ns/other".into(),
+            active: true
+        })),
+    ];
+    let verification = prop_oneof![
+        Just(None),
+        Just(Some(vec![holds("a")])),
+        Just(Some(vec![CheckOutcome {
+            name: "a".into(),
+            query: "q".into(),
+            result: CheckResult::Fails(0.0)
+        }])),
+        Just(Some(vec![CheckOutcome {
+            name: "a".into(),
+            query: "q".into(),
+            result: CheckResult::Unknown("none".into())
+        }])),
+    ];
+    let halted = prop_oneof![
+        Just(None),
+        Just(Some(Halt {
+            reason: "BatchFailed".into(),
+            message: "batch 1 failed".into()
+        }))
+    ];
+    let rejected = prop_oneof![
+        Just(None),
+        Just(Some((StageName::Canary, "bad".to_owned()))),
+        Just(Some((StageName::Main, "bad".to_owned()))),
+    ];
+    (
+        (
+            1u32..60,
+            arb_plan(),
+            approval,
+            prop_oneof![Just(None), Just(Some("bob".to_owned()))],
+        ),
+        (
+            any::<bool>(),
+            0usize..5,
+            any::<bool>(),
+            arb_job(),
+            arb_job(),
+        ),
+        (
+            halted,
+            any::<bool>(),
+            any::<bool>(),
+            verification,
+            queue,
+            rejected,
+        ),
+        0i64..1000,
+    )
+        .prop_map(
+            |(
+                (count, plan, approval, recorded_approver),
+                (suspend, progress, uid_known, canary_job, main_job),
+                (halted, verified, has_checks, verification, queue, rejected),
+                later,
+            )| {
+                let mut f = facts(count);
+                f.plan = Ok(plan);
+                f.approval = approval;
+                f.recorded_approver = recorded_approver;
+                f.suspend = suspend;
+                f.halted = halted;
+                f.verified = verified;
+                f.has_checks = has_checks;
+                f.verification = verification;
+                f.queue = queue;
+                f.rejected = rejected;
+                f.now = at(2000 + later);
+                // progress: 0 nothing, 1 canary started, 2 canary finished, 3 main started,
+                // 4 main finished.
+                let mut records: Vec<StageRecord> = stages(count, plan)
+                    .into_iter()
+                    .map(|s| StageRecord::planned(s, &f.replay, &f.uid))
+                    .collect();
+                if progress > 0 {
+                    for (i, record) in records.iter_mut().enumerate() {
+                        let step = 1 + 2 * i;
+                        if progress >= step {
+                            record.started_at = Some(at(1500));
+                            record.job_uid = uid_known.then(|| "job-uid".to_owned());
+                        }
+                        if progress > step {
+                            record.finished_at = Some(at(1600));
+                        }
+                    }
+                    f.stages = records;
+                }
+                f.jobs = vec![(StageName::Canary, canary_job), (StageName::Main, main_job)];
+                f
+            },
+        )
+}

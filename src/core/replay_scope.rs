@@ -1,0 +1,261 @@
+//! Freezing a replay's scope (pure): the event ids as one exact, hashed list.
+//!
+//! A replay replays a list of event ids fixed when it was first seen, not whatever a filter
+//! matches at run time: dead letters keep arriving, and a replay must cover exactly what was
+//! approved. The list is stored one id per line; its SHA-256 (of exactly those bytes) goes
+//! into the status so anyone can check the ConfigMap against it.
+
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+/// Longest event id, as for the inline `scope.eventIds`.
+pub const MAX_ID_LENGTH: usize = 253;
+
+/// Largest frozen list in bytes: a ConfigMap holds at most 1 MiB, keys and metadata included.
+pub const MAX_FROZEN_BYTES: usize = 1_000_000;
+
+/// A frozen id list: the ids in order and the text stored in the ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrozenIds {
+    ids: Vec<String>,
+    text: String,
+    sha256: String,
+}
+
+impl FrozenIds {
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// One id per line, each line ending in `\n`: what the worker reads.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Lowercase hex SHA-256 of [`text`](Self::text).
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    pub fn count(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+/// Why a scope cannot be frozen; each message names the field and the fix.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ScopeProblem {
+    #[error(
+        "spec.scope lists no event ids: a replay replays a frozen list of ids, and scope.timeRange, eventType and tenant only describe it. Resolve the ids (e.g. from the dead-letter store) into a ConfigMap and create a new ReplayJob with scope.eventIdsFrom"
+    )]
+    NoEventIds,
+    #[error(
+        "{source_name} holds no event ids: put the ids in it, one per line (the scope is frozen when it first holds some)"
+    )]
+    Empty { source_name: String },
+    #[error(
+        "{source_name} line {line}: event id {id:?} is listed twice (first on line {first_line}); a replay must not replay an event twice: remove the duplicate"
+    )]
+    Duplicate {
+        source_name: String,
+        id: String,
+        first_line: usize,
+        line: usize,
+    },
+    #[error(
+        "{source_name} line {line}: the event id is {length} characters long; ids are at most {MAX_ID_LENGTH}"
+    )]
+    TooLong {
+        source_name: String,
+        line: usize,
+        length: usize,
+    },
+    #[error(
+        "{source_name} line {line}: event id {id:?} contains whitespace or control characters; put one id per line"
+    )]
+    Malformed {
+        source_name: String,
+        line: usize,
+        id: String,
+    },
+    #[error(
+        "{source_name}: the frozen list would be {bytes} bytes, more than a ConfigMap holds ({MAX_FROZEN_BYTES}); split the replay into several ReplayJobs"
+    )]
+    TooLarge { source_name: String, bytes: usize },
+}
+
+/// Reads ids one per line; blank lines and surrounding whitespace are ignored.
+/// `source_name` names where the text came from in messages (e.g. the ConfigMap key).
+pub fn parse_id_lines(text: &str, source_name: &str) -> Result<Vec<String>, ScopeProblem> {
+    let mut ids = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let id = line.trim();
+        if id.is_empty() {
+            continue;
+        }
+        if id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ScopeProblem::Malformed {
+                source_name: source_name.to_owned(),
+                line: number + 1,
+                id: id.to_owned(),
+            });
+        }
+        if id.len() > MAX_ID_LENGTH {
+            return Err(ScopeProblem::TooLong {
+                source_name: source_name.to_owned(),
+                line: number + 1,
+                length: id.len(),
+            });
+        }
+        ids.push((number + 1, id.to_owned()));
+    }
+    check_unique(&ids, source_name)?;
+    Ok(ids.into_iter().map(|(_, id)| id).collect())
+}
+
+/// Ids given as a list (`scope.eventIds`): line numbers in messages are list positions + 1.
+pub fn check_id_list(ids: &[String], source_name: &str) -> Result<Vec<String>, ScopeProblem> {
+    let numbered: Vec<(usize, String)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (i + 1, id.trim().to_owned()))
+        .collect();
+    for (line, id) in &numbered {
+        if id.is_empty() || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ScopeProblem::Malformed {
+                source_name: source_name.to_owned(),
+                line: *line,
+                id: id.clone(),
+            });
+        }
+    }
+    check_unique(&numbered, source_name)?;
+    Ok(numbered.into_iter().map(|(_, id)| id).collect())
+}
+
+fn check_unique(ids: &[(usize, String)], source_name: &str) -> Result<(), ScopeProblem> {
+    let mut seen = std::collections::HashMap::with_capacity(ids.len());
+    for (line, id) in ids {
+        if let Some(first_line) = seen.insert(id.as_str(), *line) {
+            return Err(ScopeProblem::Duplicate {
+                source_name: source_name.to_owned(),
+                id: id.clone(),
+                first_line,
+                line: *line,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Freezes checked ids into the stored text and its hash.
+pub fn freeze(ids: Vec<String>, source_name: &str) -> Result<FrozenIds, ScopeProblem> {
+    if ids.is_empty() {
+        return Err(ScopeProblem::Empty {
+            source_name: source_name.to_owned(),
+        });
+    }
+    let mut text = String::with_capacity(ids.iter().map(|id| id.len() + 1).sum());
+    for id in &ids {
+        text.push_str(id);
+        text.push('\n');
+    }
+    if text.len() > MAX_FROZEN_BYTES {
+        return Err(ScopeProblem::TooLarge {
+            source_name: source_name.to_owned(),
+            bytes: text.len(),
+        });
+    }
+    let sha256 = Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    Ok(FrozenIds { ids, text, sha256 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn hashes_exactly_the_stored_text() {
+        let frozen = freeze(vec!["a".into(), "b".into()], "x").unwrap();
+        assert_eq!(frozen.text(), "a\nb\n");
+        // printf 'a\nb\n' | sha256sum
+        assert_eq!(
+            frozen.sha256(),
+            "911169ddaaf146aff539f58c26c489af3b892dff0fe283c1c264c65ae5aa59a2"
+        );
+    }
+
+    #[test]
+    fn lines_are_trimmed_and_blank_lines_skipped() {
+        let ids = parse_id_lines("  evt-1 \n\n evt-2\r\n", "cm").unwrap();
+        assert_eq!(ids, ["evt-1", "evt-2"]);
+    }
+
+    #[test]
+    fn duplicates_are_refused_with_both_lines() {
+        let problem = parse_id_lines("a\nb\na\n", "ConfigMap ids key list").unwrap_err();
+        assert_eq!(
+            problem,
+            ScopeProblem::Duplicate {
+                source_name: "ConfigMap ids key list".into(),
+                id: "a".into(),
+                first_line: 1,
+                line: 3
+            }
+        );
+        assert!(problem.to_string().contains("line 3"));
+    }
+
+    #[test]
+    fn ids_with_inner_whitespace_are_refused() {
+        assert!(matches!(
+            parse_id_lines("a b\n", "cm"),
+            Err(ScopeProblem::Malformed { line: 1, .. })
+        ));
+        assert!(matches!(
+            check_id_list(&["ok".into(), " ".into()], "spec.scope.eventIds"),
+            Err(ScopeProblem::Malformed { line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn an_empty_list_cannot_be_frozen() {
+        assert!(matches!(
+            freeze(vec![], "cm"),
+            Err(ScopeProblem::Empty { .. })
+        ));
+        assert!(
+            ScopeProblem::NoEventIds
+                .to_string()
+                .contains("scope.eventIdsFrom")
+        );
+    }
+
+    #[test]
+    fn a_list_too_large_for_a_config_map_is_refused() {
+        let ids: Vec<String> = (0..5000).map(|i| format!("{i:0>250}")).collect();
+        assert!(matches!(
+            freeze(ids, "spec.scope.eventIds"),
+            Err(ScopeProblem::TooLarge { .. })
+        ));
+    }
+
+    proptest! {
+        /// Freezing and reading back the stored text gives the same ids, in order.
+        #[test]
+        fn frozen_text_reads_back_as_the_same_ids(
+            ids in proptest::collection::btree_set("[a-z0-9-]{1,20}", 1..200)
+        ) {
+            let ids: Vec<String> = ids.into_iter().collect();
+            let frozen = freeze(ids.clone(), "x").unwrap();
+            prop_assert_eq!(parse_id_lines(frozen.text(), "x").unwrap(), ids.clone());
+            prop_assert_eq!(frozen.text().lines().count(), ids.len());
+            let again = freeze(ids, "x").unwrap();
+            prop_assert_eq!(again.sha256(), frozen.sha256());
+        }
+    }
+}
