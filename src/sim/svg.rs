@@ -145,7 +145,7 @@ fn panel(
         let _ = writeln!(
             svg,
             r#"<text x="{legend_x}" y="{}" text-anchor="end" fill="{}">{}</text>"#,
-            top + 14.0,
+            top - 5.0,
             series.color,
             escape(series.name)
         );

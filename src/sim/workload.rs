@@ -106,6 +106,14 @@ impl<'m> Workload<'m> {
         }
     }
 
+    /// Unfinished events per partition.
+    pub fn partition_backlogs(&self) -> Vec<f64> {
+        self.queues
+            .iter()
+            .map(|q| q.iter().map(|c| c.count).sum())
+            .collect()
+    }
+
     pub fn backlog(&self) -> f64 {
         self.queues.iter().flatten().map(|c| c.count).sum()
     }
