@@ -36,6 +36,45 @@ pub enum Command {
         /// KEDA lagThreshold for `lag-threshold` (default: perReplicaRate × targetDrainTime).
         #[arg(long, value_name = "EVENTS")]
         lag_threshold: Option<f64>,
+        /// Serve the workload's metrics on this address instead of simulating offline: the model
+        /// runs with the wall clock (× --speed) and takes its consumers from the target's
+        /// spec.replicas in the cluster of the current kubeconfig.
+        #[arg(long, value_name = "ADDR", requires = "target")]
+        serve: Option<std::net::SocketAddr>,
+        /// Print the BacklogBudget for the served workload (wall-clock terms) and exit.
+        #[arg(long, requires = "target", conflicts_with = "serve")]
+        emit_budget: bool,
+        /// Namespace of the target Deployment (serve mode).
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// Name of the target Deployment; also the topic and consumer group label.
+        #[arg(long)]
+        target: Option<String>,
+        /// How many times faster than the wall clock the served workload runs.
+        #[arg(long, default_value_t = 1.0)]
+        speed: f64,
+    },
+    /// Follow a BacklogBudget's status as a timeline, then summarize.
+    Watch {
+        name: String,
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        /// How long to watch.
+        #[arg(long = "for", default_value = "5m", value_parser = parse_duration)]
+        duration: std::time::Duration,
+    },
+    /// Print the retry schedule a RetryPolicy commits its consumers to: per attempt the
+    /// longest wait and the worst case so far, executions per event, the retry budget.
+    Explain {
+        /// RetryPolicy YAML (an object of kind RetryPolicy, or just its spec).
+        #[arg(value_name = "FILE")]
+        file: std::path::PathBuf,
+        /// A completion deadline such as 10m: says whether the worst-case retry delay fits it,
+        /// and by how much. The exit status is 2 when it does not fit.
+        #[arg(long, value_name = "DURATION")]
+        deadline: Option<String>,
+        #[arg(long, value_enum, default_value = "table")]
+        output: crate::explain::Format,
     },
     /// Run the controllers against the cluster in the current kubeconfig (or in-cluster).
     Run(RunArgs),
@@ -63,6 +102,17 @@ pub struct RunArgs {
     /// Log JSON lines (for log collectors) instead of text.
     #[arg(long, env = "LOG_JSON")]
     pub log_json: bool,
+    /// Only the holder of a Lease reconciles: run several replicas for availability.
+    #[arg(long, env = "LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the Lease (default: the pod's namespace, from POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    #[arg(long, default_value = "backlog-operator")]
+    pub lease_name: String,
+    /// A lease not renewed for this long is taken over by another replica.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: std::time::Duration,
 }
 
 fn parse_duration(value: &str) -> Result<std::time::Duration, String> {

@@ -13,7 +13,33 @@ fn main() -> ExitCode {
             policy,
             output,
             lag_threshold,
-        } => simulate(&scenario, policy, output, lag_threshold),
+            serve,
+            emit_budget,
+            namespace,
+            target,
+            speed,
+        } => match (serve, emit_budget, target) {
+            (Some(address), _, Some(target)) => {
+                serve_workload(&scenario, address, namespace, target, speed)
+            }
+            (None, true, Some(target)) => emit_served_budget(&scenario, &target, speed),
+            _ => simulate(&scenario, policy, output, lag_threshold),
+        },
+        cli::Command::Watch {
+            name,
+            namespace,
+            duration,
+        } => watch(&name, &namespace, duration),
+        cli::Command::Explain {
+            file,
+            deadline,
+            output,
+        } => match explain(&file, deadline.as_deref(), output) {
+            // The worst case does not fit the deadline: the table says why.
+            Ok(false) => return ExitCode::from(2),
+            Ok(true) => Ok(()),
+            Err(error) => Err(error),
+        },
         cli::Command::Run(args) => run(args),
         cli::Command::Version => {
             println!("backlog-operator {}", env!("CARGO_PKG_VERSION"));
@@ -62,6 +88,22 @@ fn simulate(
     Ok(())
 }
 
+/// Prints the explanation; `Ok(false)` when the worst case does not fit the deadline.
+fn explain(
+    path: &std::path::Path,
+    deadline: Option<&str>,
+    format: backlog_operator::explain::Format,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    use backlog_operator::explain;
+    let explanation = explain::explain_file(path, deadline)?;
+    let text = match format {
+        explain::Format::Table => explain::table(&explanation),
+        explain::Format::Json => explain::json(&explanation)?,
+    };
+    print!("{text}");
+    Ok(explanation.fits())
+}
+
 fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     backlog_operator::telemetry::init_logging(args.log_json);
     // kube and reqwest share rustls; exactly one crypto provider is compiled in.
@@ -75,8 +117,83 @@ fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         listen: args.listen,
         query_timeout: args.query_timeout,
         query_concurrency: args.query_concurrency,
+        leader_election: args.leader_elect.then(|| {
+            backlog_operator::controller::leader::LeaseSettings {
+                namespace: args.lease_namespace,
+                name: args.lease_name,
+                identity: std::env::var("POD_NAME")
+                    .unwrap_or_else(|_| format!("backlog-operator-{}", std::process::id())),
+                duration: args.lease_duration,
+            }
+        }),
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(backlog_operator::controller::run(options))?;
     Ok(())
+}
+
+fn serve_workload(
+    path: &std::path::Path,
+    listen: std::net::SocketAddr,
+    namespace: String,
+    target: String,
+    speed: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use backlog_operator::sim::server::{ServeOptions, WorkloadServer};
+    backlog_operator::telemetry::init_logging(false);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let model = Scenario::load(path)?.model()?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default().await?;
+        let duration = std::time::Duration::from_secs_f64(model.duration / speed);
+        let server = WorkloadServer::start(
+            model,
+            ServeOptions {
+                listen,
+                namespace,
+                target_kind: "Deployment".to_owned(),
+                topic: target.clone(),
+                target_name: target,
+                speed,
+            },
+            client,
+        )
+        .await?;
+        eprintln!(
+            "serving the workload's metrics on http://{}/metrics for {:.0}s",
+            server.address,
+            duration.as_secs_f64()
+        );
+        tokio::select! {
+            () = tokio::time::sleep(duration) => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })
+}
+
+fn emit_served_budget(
+    path: &std::path::Path,
+    target: &str,
+    speed: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let model = Scenario::load(path)?.model()?;
+    let budget = backlog_operator::sim::server::budget_for(&model, target, speed);
+    print!("{}", serde_yaml::to_string(&budget)?);
+    Ok(())
+}
+
+fn watch(
+    name: &str,
+    namespace: &str,
+    duration: std::time::Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default().await?;
+        backlog_operator::watch::watch(client, namespace, name, duration).await?;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })
 }

@@ -157,7 +157,10 @@ pub fn init_logging(json: bool) {
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Logs go to stderr so that commands printing results (watch, simulate) keep stdout clean.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     // A second initialisation (e.g. in tests) is harmless and ignored.
     let _ = if json {
         builder.json().try_init()

@@ -514,6 +514,10 @@ pub struct BacklogBudgetStatus {
     /// Name of the consumer control document ConfigMap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_document: Option<String>,
+    /// The document's latest revision. Kept here too, so the revision keeps growing even if
+    /// the ConfigMap is deleted or edited by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_document_revision: Option<i64>,
     /// `MetricsAvailable`, `PartitionLimited`, `DeadlineAtRisk`, `ScalingActive`, `Conflict`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
@@ -581,6 +585,10 @@ pub struct EventClassStatus {
     /// Last failure ratio seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_ratio: Option<f64>,
+    /// The failure ratio that caused the last transition (for a transition by time or by
+    /// hand, the last ratio seen then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition_ratio: Option<f64>,
     /// Since when the ratio has been at or above the threshold (Active) or below it (Probing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition_since: Option<Time>,

@@ -255,6 +255,8 @@ pub struct VerificationCheck {
 /// Where a replay is in its life.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReplayPhase {
+    /// The scope could not be frozen yet (e.g. the `eventIdsFrom` ConfigMap does not exist).
+    Pending,
     AwaitingApproval,
     Approved,
     Canary,
@@ -299,10 +301,31 @@ pub struct ReplayJobStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
     pub stages: Vec<StageStatus>,
-    /// `Approved`, `Waiting`, `Halted`, ...
+    /// The change or ticket the approver gave (`spec.approval.reference`), for the audit trail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_reference: Option<String>,
+    /// What each `spec.verification` check returned after the canary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
+    pub verification: Vec<CheckStatus>,
+    /// `ScopeFrozen`, `Approved`, `Waiting`, `JobAccepted`, `Verified`, `Halted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The result of one verification check, as last evaluated.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckStatus {
+    pub name: String,
+    /// The sample the query returned, when it returned exactly one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// `Holds`, `Fails` or `Unknown`.
+    pub result: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The scope as frozen at admission.
@@ -318,14 +341,31 @@ pub struct FrozenScope {
     pub frozen_at: Time,
 }
 
-/// One stage of a replay.
+/// One stage of a replay. Both stages are recorded when the canary starts, so the cut of the
+/// frozen list cannot change afterwards; a stage has `startedAt` once its Job was decided on.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct StageStatus {
     /// `canary` or `main`.
     pub name: String,
     pub job: String,
+    /// The uid of the stage's Job once it exists: a recorded Job that disappears was deleted
+    /// (the replay halts) rather than never created (the operator creates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_uid: Option<String>,
     pub batches: i32,
+    /// The stage's first event: a 0-based line of the frozen list.
+    #[serde(default)]
+    pub first_event: i32,
+    /// Events in the stage.
+    #[serde(default)]
+    pub events: i32,
+    /// Events per batch (per Job index) in the stage.
+    #[serde(default)]
+    pub batch_size: i32,
+    /// The replay-wide number of the stage's first batch (the canary is batch 0).
+    #[serde(default)]
+    pub first_batch: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

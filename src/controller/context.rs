@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+use tracing::warn;
 
 use crate::metrics_source::MetricsSource;
 use crate::telemetry::Metrics;
@@ -34,6 +35,37 @@ impl Context {
             metrics,
             queries,
             default_prometheus,
+        }
+    }
+}
+
+/// The Events API caps notes at 1 kB.
+const NOTE_LIMIT: usize = 1000;
+
+impl Context {
+    /// Publishes an Event about `object`; a failure is logged, never fatal to a reconcile.
+    ///
+    /// kube's recorder folds Events with the same type, reason and action into one series
+    /// that keeps the first note, so callers put what distinguishes occurrences in `action`.
+    pub async fn publish<K>(
+        &self,
+        object: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.chars().take(NOTE_LIMIT).collect()),
+            action: action.chars().take(128).collect(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            warn!(kind = %K::kind(&()), name = %object.name_any(), %error, "could not publish an event");
         }
     }
 }

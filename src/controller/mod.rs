@@ -5,6 +5,9 @@ pub mod apply;
 pub mod budget;
 pub mod context;
 pub mod error;
+pub mod leader;
+pub mod replay;
+pub mod retry_policy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -53,6 +56,8 @@ pub struct RunOptions {
     pub listen: SocketAddr,
     pub query_timeout: Duration,
     pub query_concurrency: usize,
+    /// With several replicas: only the holder of this Lease reconciles.
+    pub leader_election: Option<leader::LeaseSettings>,
 }
 
 /// The shared context for a client: metrics, the query cache and the event recorder.
@@ -76,7 +81,11 @@ pub fn context(
 
 /// Runs every controller on `context` until they stop (on a termination signal).
 pub async fn run_controllers(context: Arc<Context>, scope: Scope) {
-    tokio::join!(budget::run(context.clone(), scope.clone()));
+    tokio::join!(
+        budget::run(context.clone(), scope.clone()),
+        replay::run(context.clone(), scope.clone()),
+        retry_policy::run(context.clone(), scope.clone())
+    );
 }
 
 /// Runs every controller until a termination signal.
@@ -98,16 +107,42 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
     if let Ok(address) = bound_rx.await {
         info!(%address, "serving /metrics, /healthz and /readyz");
     }
+    // A standby replica is healthy and ready; it just does not reconcile.
     health.ready.store(true, Ordering::Relaxed);
-    info!(scope = ?options.scope, prometheus = ?options.prometheus_url, "controllers starting");
-    tokio::select! {
-        () = run_controllers(context, options.scope.clone()) => {}
-        served = server => {
-            if let Ok(Err(source)) = served {
-                return Err(Error::Serve { address: listen, source });
+    let leadership = async {
+        match &options.leader_election {
+            Some(settings) => {
+                leader::acquire(context.client.clone(), settings).await?;
+                Ok(Some(settings.clone()))
             }
+            None => Ok::<_, Error>(None),
         }
+    };
+    let leading = tokio::select! {
+        leading = leadership => leading?,
+        served = server => return served_error(listen, served),
+    };
+    info!(scope = ?options.scope, prometheus = ?options.prometheus_url, "controllers starting");
+    let lost = async {
+        match leading {
+            Some(settings) => leader::keep(context.client.clone(), settings).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = run_controllers(context.clone(), options.scope.clone()) => {}
+        error = lost => return Err(error),
     }
     info!("controllers stopped");
     Ok(())
+}
+
+fn served_error(
+    address: SocketAddr,
+    served: Result<std::io::Result<()>, tokio::task::JoinError>,
+) -> Result<(), Error> {
+    match served {
+        Ok(Err(source)) => Err(Error::Serve { address, source }),
+        _ => Ok(()),
+    }
 }

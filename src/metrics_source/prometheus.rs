@@ -29,8 +29,10 @@ impl PrometheusBackend {
         if let Some(client) = clients.get(address) {
             return Ok(client.clone());
         }
+        // The per-query deadline is enforced around each query (with a clear message); the
+        // client's own timeout is only a backstop behind it.
         let http = reqwest::Client::builder()
-            .timeout(timeout)
+            .timeout(timeout + Duration::from_secs(1))
             .build()
             .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
         let client = Client::from(http, address)

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::api::backlog_budget::{BacklogBudget, ClassState};
+use crate::api::backlog_budget::{BacklogBudget, EventClassStatus};
+use crate::core::class_breaker::holds_backlog;
 use crate::core::metric_input::Observation;
 use crate::core::scaling::ScalingInputs;
 use crate::metrics_source::MetricsSource;
@@ -20,9 +21,11 @@ pub fn prometheus_address(budget: &BacklogBudget, default: Option<&str>) -> Opti
 }
 
 /// Evaluates the budget's queries. Missing queries stay `None`; without a Prometheus every
-/// query fails with the reason.
+/// query fails with the reason. `classes` are this poll's class states (the breaker has just
+/// stepped), so a class paused now is out of this decision's input.
 pub async fn gather(
     budget: &BacklogBudget,
+    classes: &[EventClassStatus],
     address: Option<&str>,
     queries: &MetricsSource,
     workload: Workload,
@@ -48,12 +51,9 @@ pub async fn gather(
         .event_classes
         .iter()
         .filter(|class| {
-            budget.status.as_ref().is_some_and(|status| {
-                status
-                    .event_classes
-                    .iter()
-                    .any(|s| s.name == class.name && s.state == ClassState::Paused)
-            })
+            classes
+                .iter()
+                .any(|s| s.name == class.name && holds_backlog(s.state))
         })
         .filter_map(|class| Some((class.name.clone(), class.backlog.clone()?)))
         .collect();

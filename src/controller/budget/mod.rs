@@ -1,6 +1,8 @@
 //! The BacklogBudget controller: scales a workload to meet its deadline.
 
+pub mod classes;
 mod conflict;
+pub mod control_document;
 mod inputs;
 mod reconcile;
 pub mod status;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -17,7 +17,9 @@ use crate::core::budget_config::BudgetConfig;
 use crate::core::metric_input::Observation;
 use crate::core::scaling::{SCALING_ACTIVE, ScalingDecision, ScalingInputs, decide};
 
-use super::{BudgetContext, CONTROLLER, conflict, inputs, status, target};
+use super::{
+    BudgetContext, CONTROLLER, classes, conflict, control_document, inputs, status, target,
+};
 
 /// How soon a budget whose spec cannot be used is looked at again.
 const INVALID_RETRY: Duration = Duration::from_secs(30);
@@ -42,7 +44,15 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
     })?;
     let client = &ctx.base.client;
     let budgets: Api<BacklogBudget> = Api::namespaced(client.clone(), &namespace);
-    let previous = budget.status.clone().unwrap_or_default();
+    // The decision's memory lives in status. Read it from the API server, not the watch cache:
+    // our own scale write triggers a reconcile (the target is watched) before the status we
+    // wrote right after it has reached the cache.
+    let previous = budgets
+        .get_status(&name)
+        .await
+        .context(|| format!("reading the status of BacklogBudget {name}"))?
+        .status
+        .unwrap_or_default();
     let generation = budget.meta().generation;
     let now = Timestamp::now();
 
@@ -97,6 +107,7 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
         }
     };
 
+    let classes = classes::evaluate(budget, &previous, &ctx.base, poll, now).await;
     let other = conflict::other_owner(budget, &ctx.autoscalers.state(), &ctx.budgets.state());
     let scaling_inputs = match other {
         Some(owner) => ScalingInputs {
@@ -108,6 +119,7 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
                 inputs::prometheus_address(budget, ctx.base.default_prometheus.as_deref());
             inputs::gather(
                 budget,
+                &classes.statuses,
                 address.as_deref(),
                 &ctx.base.queries,
                 workload,
@@ -131,25 +143,31 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
                 )
             })?;
         info!(budget = %name, namespace = %namespace, from = change.from, to = change.to, reason = %change.reason, "scaled");
-        publish(
-            ctx,
-            budget,
-            EventType::Normal,
-            if change.to > change.from {
-                "ScaledUp"
-            } else {
-                "ScaledDown"
-            },
-            format!(
-                "{} → {} replicas: {}",
-                change.from, change.to, change.reason
-            ),
-        )
-        .await;
+        ctx.base
+            .publish(
+                budget,
+                EventType::Normal,
+                if change.to > change.from {
+                    "ScaledUp"
+                } else {
+                    "ScaledDown"
+                },
+                &format!("ScaleTo{}", change.to),
+                &format!(
+                    "{} → {} replicas: {}",
+                    change.from, change.to, change.reason
+                ),
+            )
+            .await;
     }
 
     let next = status::after_decision(&previous, &decision, generation, now);
+    let next = classes.record(next, generation, now);
+    let document = control_document::prepare(&ctx.base, budget, &next, now).await;
+    let next = document.record(next, generation, now);
     write(budget, &budgets, &previous, next, ctx).await?;
+    document.publish(&ctx.base).await?;
+    classes.announce(&ctx.base, budget).await;
     export(ctx, &namespace, &name, &decision);
     Ok(Action::requeue(poll))
 }
@@ -189,45 +207,21 @@ async fn write(
         && let Some(phase) = next.phase
     {
         let warning = !matches!(phase, BudgetPhase::Healthy);
-        publish(
-            ctx,
-            budget,
-            if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            &format!("{phase:?}"),
-            next.explanation.clone().unwrap_or_default(),
-        )
-        .await;
+        ctx.base
+            .publish(
+                budget,
+                if warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                &format!("{phase:?}"),
+                "Reconcile",
+                next.explanation.as_deref().unwrap_or_default(),
+            )
+            .await;
     }
     Ok(())
-}
-
-async fn publish(
-    ctx: &BudgetContext,
-    budget: &BacklogBudget,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        // The Events API caps notes at 1 kB.
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = ctx
-        .base
-        .recorder
-        .publish(&event, &budget.object_ref(&()))
-        .await
-    {
-        warn!(budget = %budget.name_any(), %error, "could not publish an event");
-    }
 }
 
 fn export(ctx: &BudgetContext, namespace: &str, name: &str, decision: &ScalingDecision) {

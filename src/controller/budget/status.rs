@@ -136,7 +136,7 @@ pub fn differs(current: &BacklogBudgetStatus, next: &BacklogBudgetStatus) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::budget_config::{BudgetConfig, PartitionSource};
+    use crate::core::budget_config::BudgetConfig;
     use crate::core::metric_input::Observation;
     use crate::core::scaling::{ScalingInputs, decide};
 
@@ -146,23 +146,10 @@ mod tests {
 
     fn config() -> BudgetConfig {
         BudgetConfig {
-            min_replicas: 1,
             max_replicas: 12,
-            deadline_seconds: 600.0,
-            poll_interval_seconds: 15.0,
-            target_drain_seconds: 300.0,
-            scale_up_stabilization_seconds: 0.0,
             scale_down_stabilization_seconds: 180.0,
-            max_step: 0,
-            rebalance_cost_seconds: 0.0,
             per_replica_rate: Some(100.0),
-            reserved_retry_share: 0.0,
-            warning_at: 0.5,
-            critical_at: 0.8,
-            partitions: PartitionSource::Fixed(12),
-            oldest_age_configured: true,
-            produce_rate_configured: true,
-            completion_rate_configured: false,
+            ..crate::core::budget_config::example()
         }
     }
 

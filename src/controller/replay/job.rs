@@ -1,0 +1,438 @@
+//! A stage's Indexed Job: built from the spec and the recorded stage (pure), created once with
+//! server-side apply, and afterwards only ever suspended or resumed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, EnvVar, KeyToPath, PodSecurityContext, PodSpec,
+    SeccompProfile, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+
+use crate::api::replay_job::{FrozenScope, ReplayJob};
+use crate::controller::apply::FIELD_MANAGER;
+use crate::core::replay_plan::{StageRecord, operation_id};
+
+/// Label on every Job (and its Pods) of a replay: the replay's name.
+pub const LABEL_REPLAY: &str = "backlog.dev/replay";
+/// Label on every Job (and its Pods) of a replay: `canary` or `main`.
+pub const LABEL_STAGE: &str = "backlog.dev/replay-stage";
+/// The frozen ids' key in the scope ConfigMap, and the file name the worker reads.
+pub const EVENT_IDS_KEY: &str = "event-ids";
+/// Where the scope ConfigMap is mounted in the worker (read-only).
+pub const SCOPE_MOUNT_DIR: &str = "/etc/backlog-replay";
+/// `REPLAY_EVENT_IDS_FILE`.
+pub const EVENT_IDS_FILE: &str = "/etc/backlog-replay/event-ids";
+/// The volume holding the scope ConfigMap.
+pub const SCOPE_VOLUME: &str = "backlog-replay-scope";
+
+/// The worker's environment (the contract in `examples/replay-worker/README.md`); the
+/// operator's values replace any of the same name in the template, so the template cannot
+/// point the worker at other ids.
+fn contract_env(replay: &ReplayJob, record: &StageRecord, scope: &FrozenScope) -> Vec<EnvVar> {
+    let spec = &replay.spec;
+    let stage = &record.stage;
+    let time_range = spec.scope.time_range.as_ref();
+    let pairs: [(&str, String); 18] = [
+        (
+            "REPLAY_OPERATION_ID",
+            operation_id(replay.uid().as_deref().unwrap_or_default()),
+        ),
+        ("REPLAY_NAME", replay.name_any()),
+        ("REPLAY_NAMESPACE", replay.namespace().unwrap_or_default()),
+        ("REPLAY_SOURCE", spec.source.queue.clone()),
+        (
+            "REPLAY_DESTINATION",
+            spec.destination
+                .as_ref()
+                .map(|d| d.queue.clone())
+                .unwrap_or_default(),
+        ),
+        ("REPLAY_EVENT_IDS_FILE", EVENT_IDS_FILE.to_owned()),
+        ("REPLAY_EVENT_IDS_SHA256", scope.sha256.clone()),
+        ("REPLAY_STAGE", stage.name.as_str().to_owned()),
+        ("REPLAY_FIRST_EVENT", stage.first_event.to_string()),
+        ("REPLAY_EVENT_COUNT", stage.events.to_string()),
+        ("REPLAY_BATCH_SIZE", stage.batch_size.to_string()),
+        ("REPLAY_FIRST_BATCH", stage.first_batch.to_string()),
+        (
+            "REPLAY_RATE_PER_SECOND",
+            spec.batches.rate_per_second.to_string(),
+        ),
+        (
+            "REPLAY_PAUSE_BETWEEN",
+            spec.batches
+                .pause_between
+                .clone()
+                .unwrap_or_else(|| "0s".to_owned()),
+        ),
+        (
+            "REPLAY_EVENT_TYPE",
+            spec.scope.event_type.clone().unwrap_or_default(),
+        ),
+        (
+            "REPLAY_TENANT",
+            spec.scope.tenant.clone().unwrap_or_default(),
+        ),
+        (
+            "REPLAY_TIME_FROM",
+            time_range.map(|t| t.from.clone()).unwrap_or_default(),
+        ),
+        (
+            "REPLAY_TIME_TO",
+            time_range.map(|t| t.to.clone()).unwrap_or_default(),
+        ),
+    ];
+    pairs
+        .into_iter()
+        .map(|(name, value)| EnvVar {
+            name: name.to_owned(),
+            value: Some(value),
+            value_from: None,
+        })
+        .collect()
+}
+
+/// The restricted Pod Security profile, field by field where the template leaves a field unset:
+/// what the template sets explicitly wins.
+fn restrict_pod(pod: &mut PodSecurityContext) {
+    pod.run_as_non_root.get_or_insert(true);
+    pod.seccomp_profile.get_or_insert_with(runtime_default);
+}
+
+fn restrict_container(container: &mut Container) {
+    let context = container
+        .security_context
+        .get_or_insert_with(SecurityContext::default);
+    context.run_as_non_root.get_or_insert(true);
+    context.allow_privilege_escalation.get_or_insert(false);
+    context.read_only_root_filesystem.get_or_insert(true);
+    context.capabilities.get_or_insert_with(|| Capabilities {
+        add: None,
+        drop: Some(vec!["ALL".to_owned()]),
+    });
+    context.seccomp_profile.get_or_insert_with(runtime_default);
+}
+
+fn runtime_default() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".to_owned(),
+        localhost_profile: None,
+    }
+}
+
+fn wire_container(container: &mut Container, env: &[EnvVar]) {
+    let vars = container.env.get_or_insert_with(Vec::new);
+    vars.retain(|var| !env.iter().any(|ours| ours.name == var.name));
+    vars.extend(env.iter().cloned());
+    let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+    mounts.retain(|m| m.name != SCOPE_VOLUME && m.mount_path != SCOPE_MOUNT_DIR);
+    mounts.push(VolumeMount {
+        name: SCOPE_VOLUME.to_owned(),
+        mount_path: SCOPE_MOUNT_DIR.to_owned(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    });
+    restrict_container(container);
+}
+
+/// The labels of a stage's Job and Pods.
+pub fn labels(replay: &str, record: &StageRecord) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            FIELD_MANAGER.to_owned(),
+        ),
+        (LABEL_REPLAY.to_owned(), replay.to_owned()),
+        (
+            LABEL_STAGE.to_owned(),
+            record.stage.name.as_str().to_owned(),
+        ),
+    ])
+}
+
+/// The Job of a stage. `None` when the replay has no uid (it was not read from the API
+/// server), since the Job could not name its owner.
+pub fn build(replay: &ReplayJob, record: &StageRecord, scope: &FrozenScope) -> Option<Job> {
+    let owner = replay.controller_owner_ref(&())?;
+    let name = replay.name_any();
+    let labels = labels(&name, record);
+    let env = contract_env(replay, record, scope);
+
+    let mut template = replay.spec.template.clone();
+    let metadata = template.metadata.get_or_insert_with(ObjectMeta::default);
+    metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(labels.clone());
+    let pod = template.spec.get_or_insert_with(PodSpec::default);
+    // Indexed Jobs with backoffLimitPerIndex require it; a retry is a new Pod anyway.
+    pod.restart_policy = Some("Never".to_owned());
+    restrict_pod(
+        pod.security_context
+            .get_or_insert_with(PodSecurityContext::default),
+    );
+    for container in pod
+        .containers
+        .iter_mut()
+        .chain(pod.init_containers.iter_mut().flatten())
+    {
+        wire_container(container, &env);
+    }
+    let volumes = pod.volumes.get_or_insert_with(Vec::new);
+    volumes.retain(|v| v.name != SCOPE_VOLUME);
+    volumes.push(Volume {
+        name: SCOPE_VOLUME.to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: scope.config_map.clone(),
+            items: Some(vec![KeyToPath {
+                key: EVENT_IDS_KEY.to_owned(),
+                path: EVENT_IDS_KEY.to_owned(),
+                mode: None,
+            }]),
+            default_mode: Some(0o444),
+            optional: Some(false),
+        }),
+        ..Volume::default()
+    });
+
+    let batches = i32::try_from(record.stage.batches()).unwrap_or(i32::MAX);
+    Some(Job {
+        metadata: ObjectMeta {
+            name: Some(record.job.clone()),
+            namespace: replay.namespace(),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([
+                (
+                    "backlog.dev/operation-id".to_owned(),
+                    operation_id(replay.uid().as_deref().unwrap_or_default()),
+                ),
+                ("backlog.dev/scope-sha256".to_owned(), scope.sha256.clone()),
+            ])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            completion_mode: Some("Indexed".to_owned()),
+            completions: Some(batches),
+            // One batch at a time, in order: the rate limit holds and a failure stops the
+            // replay at a known line.
+            parallelism: Some(1),
+            backoff_limit_per_index: Some(replay.spec.batches.retries_per_batch.max(0)),
+            // The first batch that fails for good fails the Job: no later batch runs.
+            max_failed_indexes: Some(0),
+            suspend: Some(false),
+            template,
+            ..JobSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The API server's verdict on a Job it was asked to validate.
+pub enum Verdict {
+    Valid,
+    /// Refused, with the server's message (names the field).
+    Refused(String),
+}
+
+fn create_params(dry_run: bool) -> PatchParams {
+    PatchParams {
+        dry_run,
+        ..PatchParams::apply(FIELD_MANAGER)
+    }
+}
+
+/// Asks the API server to validate the Job without creating it, so a template it refuses is
+/// reported before the replay records a start.
+pub async fn dry_run(api: &Api<Job>, job: &Job, name: &str) -> Result<Verdict, kube::Error> {
+    match api
+        .patch(name, &create_params(true), &Patch::Apply(job))
+        .await
+    {
+        Ok(_) => Ok(Verdict::Valid),
+        Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
+            Ok(Verdict::Refused(status.message))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// Creates the Job with server-side apply. Called only when no Job of that name exists: the
+/// template of an existing Job is immutable and must never be applied again.
+pub async fn create(api: &Api<Job>, job: &Job, name: &str) -> Result<Job, kube::Error> {
+    api.patch(name, &create_params(false), &Patch::Apply(job))
+        .await
+}
+
+/// Suspends or resumes a Job. A merge patch of this one field: applying a partial Job under the
+/// field manager that created it would drop (and so try to change) everything else.
+pub async fn set_suspend(api: &Api<Job>, name: &str, suspend: bool) -> Result<Job, kube::Error> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch(
+        name,
+        &params,
+        &Patch::Merge(serde_json::json!({"spec": {"suspend": suspend}})),
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::replay_job::ReplayJobSpec;
+    use crate::core::replay_plan::{BatchPlan, job_name, stages};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn replay(template: serde_json::Value) -> ReplayJob {
+        let spec: ReplayJobSpec = serde_json::from_value(serde_json::json!({
+            "source": {"queue": "orders.dlq"},
+            "scope": {"eventIds": ["a", "b", "c"], "tenant": "acme"},
+            "reason": "fix shipped",
+            "requestedBy": "alice",
+            "batches": {"size": 2, "canary": 1, "ratePerSecond": 2.5, "retriesPerBatch": 2},
+            "template": template,
+        }))
+        .unwrap();
+        let mut replay = ReplayJob::new("orders", spec);
+        replay.metadata.namespace = Some("team".into());
+        replay.metadata.uid = Some("5e3c1a2b-1111".into());
+        replay
+    }
+
+    fn scope() -> FrozenScope {
+        FrozenScope {
+            config_map: "orders-scope-5e3c1a".into(),
+            count: 3,
+            sha256: "abc".into(),
+            frozen_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    fn main_record() -> StageRecord {
+        let stage = stages(3, BatchPlan { canary: 1, size: 2 })[1];
+        StageRecord {
+            stage,
+            job: job_name("orders", "5e3c1a2b-1111", stage.name),
+            job_uid: None,
+            started_at: None,
+            finished_at: None,
+            succeeded: 0,
+            failed: 0,
+        }
+    }
+
+    fn env_of(container: &Container) -> BTreeMap<String, String> {
+        container
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn the_job_is_indexed_one_batch_per_index_owned_and_labelled() {
+        let replay =
+            replay(serde_json::json!({"spec": {"containers": [{"name": "w", "image": "tool:1"}]}}));
+        let job = build(&replay, &main_record(), &scope()).unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some("orders-main-5e3c1a"));
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+        assert_eq!(spec.completions, Some(1));
+        assert_eq!(spec.parallelism, Some(1));
+        assert_eq!(spec.backoff_limit_per_index, Some(2));
+        assert_eq!(spec.max_failed_indexes, Some(0));
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("ReplayJob", Some(true))
+        );
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref()
+            .unwrap();
+        assert_eq!(labels[LABEL_STAGE], "main");
+    }
+
+    #[test]
+    fn the_worker_gets_the_contract_and_the_frozen_ids_read_only() {
+        let replay = replay(serde_json::json!({"spec": {"containers": [{
+            "name": "w", "image": "tool:1",
+            "env": [{"name": "REPLAY_EVENT_IDS_FILE", "value": "/elsewhere"}, {"name": "KEEP", "value": "1"}]
+        }]}}));
+        let job = build(&replay, &main_record(), &scope()).unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let env = env_of(&pod.containers[0]);
+        assert_eq!(env["REPLAY_EVENT_IDS_FILE"], EVENT_IDS_FILE);
+        assert_eq!(env["KEEP"], "1");
+        assert_eq!(env["REPLAY_OPERATION_ID"], "replay-5e3c1a2b-1111");
+        assert_eq!(env["REPLAY_SOURCE"], "orders.dlq");
+        assert_eq!(env["REPLAY_DESTINATION"], "");
+        assert_eq!(env["REPLAY_STAGE"], "main");
+        assert_eq!(env["REPLAY_FIRST_EVENT"], "1");
+        assert_eq!(env["REPLAY_EVENT_COUNT"], "2");
+        assert_eq!(env["REPLAY_BATCH_SIZE"], "2");
+        assert_eq!(env["REPLAY_FIRST_BATCH"], "1");
+        assert_eq!(env["REPLAY_RATE_PER_SECOND"], "2.5");
+        assert_eq!(env["REPLAY_PAUSE_BETWEEN"], "0s");
+        assert_eq!(env["REPLAY_TENANT"], "acme");
+        let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].read_only, Some(true));
+        assert_eq!(mounts[0].mount_path, SCOPE_MOUNT_DIR);
+        let volume = &pod.volumes.unwrap()[0];
+        assert_eq!(
+            volume.config_map.as_ref().map(|c| c.name.as_str()),
+            Some("orders-scope-5e3c1a")
+        );
+    }
+
+    #[test]
+    fn workers_are_restricted_unless_the_template_says_otherwise() {
+        let replay = replay(serde_json::json!({"spec": {
+            "containers": [
+                {"name": "plain", "image": "tool:1"},
+                {"name": "writable", "image": "tool:1", "securityContext": {"readOnlyRootFilesystem": false}}
+            ]
+        }}));
+        let job = build(&replay, &main_record(), &scope()).unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let plain = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(plain.run_as_non_root, Some(true));
+        assert_eq!(plain.read_only_root_filesystem, Some(true));
+        assert_eq!(plain.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            plain.capabilities.unwrap().drop,
+            Some(vec!["ALL".to_owned()])
+        );
+        assert_eq!(plain.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let writable = pod.containers[1].security_context.clone().unwrap();
+        assert_eq!(writable.read_only_root_filesystem, Some(false));
+        assert_eq!(writable.allow_privilege_escalation, Some(false));
+        let pod_context = pod.security_context.unwrap();
+        assert_eq!(pod_context.run_as_non_root, Some(true));
+    }
+
+    #[test]
+    fn the_same_stage_builds_the_same_job() {
+        let replay =
+            replay(serde_json::json!({"spec": {"containers": [{"name": "w", "image": "tool:1"}]}}));
+        assert_eq!(
+            build(&replay, &main_record(), &scope()),
+            build(&replay, &main_record(), &scope())
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! The ReplayJob controller: freezes the scope, waits for a second person's approval, runs the
+//! canary batch, checks its effects, then runs the rest — as Indexed Jobs, one index per batch.
+//!
+//! Thin: the decisions are `core::replay_plan`; this module reads the replay, its ConfigMap and
+//! Jobs, asks Prometheus when the decision needs it, and writes what was decided.
+
+mod facts;
+mod job;
+mod reconcile;
+mod scope;
+mod status;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use tokio::sync::Mutex;
+
+use crate::api::replay_job::{ReplayJob, ReplayPhase};
+
+use super::Scope;
+use super::context::Context;
+
+pub use job::{EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE};
+
+pub const CONTROLLER: &str = "replayjob";
+
+/// What the replay reconciler needs besides the shared context.
+pub struct ReplayContext {
+    pub base: Arc<Context>,
+    /// Where the controller watches, for the live list of replays on a queue.
+    scope: Scope,
+    /// Serializes the decision to start a replay: under it the replays of the queue are listed
+    /// from the API server (not the cache) and the start is recorded, so two replays of one
+    /// queue approved at the same moment cannot both start.
+    start_lock: Mutex<()>,
+}
+
+/// Phases in which a replay has ended for good (for its queue, at least).
+pub fn ended(phase: Option<ReplayPhase>) -> bool {
+    matches!(
+        phase,
+        Some(ReplayPhase::Succeeded | ReplayPhase::Halted | ReplayPhase::Failed)
+    )
+}
+
+/// Replays waiting for the queue of `changed` once `changed` has ended: they are looked at
+/// again at once instead of at their next periodic check.
+fn waiting_behind(store: &Store<ReplayJob>, changed: &ReplayJob) -> Vec<ObjectRef<ReplayJob>> {
+    let phase = changed.status.as_ref().and_then(|s| s.phase);
+    if !ended(phase) && changed.metadata.deletion_timestamp.is_none() {
+        return Vec::new();
+    }
+    store
+        .state()
+        .iter()
+        .filter(|other| {
+            other.spec.source.queue == changed.spec.source.queue
+                && other.uid() != changed.uid()
+                && other.status.as_ref().and_then(|s| s.phase) == Some(ReplayPhase::Approved)
+        })
+        .map(|other| ObjectRef::from_obj(other.as_ref()))
+        .collect()
+}
+
+pub async fn run(ctx: Arc<Context>, scope: Scope) {
+    let client = ctx.client.clone();
+    let controller = Controller::new(scope.api::<ReplayJob>(&client), watcher::Config::default());
+    let queue_store = controller.store();
+    let context = Arc::new(ReplayContext {
+        base: ctx,
+        scope: scope.clone(),
+        start_lock: Mutex::new(()),
+    });
+    controller
+        // Only the Jobs this controller made carry the label: no watch on every Job.
+        .owns(
+            scope.api::<Job>(&client),
+            watcher::Config::default().labels(LABEL_REPLAY),
+        )
+        .watches(
+            scope.api::<ReplayJob>(&client),
+            watcher::Config::default(),
+            move |changed: ReplayJob| waiting_behind(&queue_store, &changed),
+        )
+        .shutdown_on_signal()
+        .run(reconcile::reconcile, reconcile::error_policy, context)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}

@@ -1,0 +1,201 @@
+//! The RetryPolicy controller: normalizes each policy and publishes its hash, worst case and
+//! amplification, the budgets that use it, `Ready`, and `DeadlineConflict` when a budget that
+//! uses it promises less time than its retries may take.
+//!
+//! Budgets are read from a reflector store. A budget event re-evaluates the policies only when
+//! something the status depends on changed (a budget appearing, leaving, or changing its
+//! `retryPolicyRef` or `completionDeadline`): budgets rewrite their status every few polls, and
+//! that alone must not re-evaluate every policy.
+
+mod reconcile;
+pub mod status;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+
+use crate::api::backlog_budget::BacklogBudget;
+use crate::api::retry_policy::RetryPolicy;
+
+use super::Scope;
+use super::context::Context;
+
+pub const CONTROLLER: &str = "retrypolicy";
+
+/// What the policy reconciler needs besides the shared context.
+pub struct PolicyContext {
+    pub base: Arc<Context>,
+    /// Every BacklogBudget in scope.
+    pub budgets: Store<BacklogBudget>,
+}
+
+/// What a policy's status reads from a budget.
+type Relevant = (Option<String>, String);
+
+fn relevant(budget: &BacklogBudget) -> Relevant {
+    (
+        budget
+            .spec
+            .retry_policy_ref
+            .as_ref()
+            .map(|r| r.name.clone()),
+        budget.spec.completion_deadline.clone(),
+    )
+}
+
+/// Whether a budget watch event can change some policy's status; keeps `seen` current.
+fn changes_policies(
+    seen: &mut HashMap<ObjectRef<BacklogBudget>, Relevant>,
+    event: &watcher::Event<BacklogBudget>,
+) -> bool {
+    match event {
+        watcher::Event::Apply(budget) | watcher::Event::InitApply(budget) => {
+            let key = ObjectRef::from_obj(budget);
+            let now = relevant(budget);
+            seen.insert(key, now.clone()).as_ref() != Some(&now)
+        }
+        watcher::Event::Delete(budget) => {
+            seen.remove(&ObjectRef::from_obj(budget));
+            true
+        }
+        // A relist: what was deleted while the watch was down only shows as missing.
+        watcher::Event::Init => {
+            seen.clear();
+            false
+        }
+        watcher::Event::InitDone => true,
+    }
+}
+
+pub async fn run(ctx: Arc<Context>, scope: Scope) {
+    let client = ctx.client.clone();
+    let (budgets, writer) = reflector::store();
+    let mut seen = HashMap::new();
+    // The reflector updates the store before it yields the event, so a policy reconciled
+    // because of it already sees the change.
+    let budget_changes = reflector::reflector(
+        writer,
+        watcher(
+            scope.api::<BacklogBudget>(&client),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .filter_map(move |event| {
+        let changed = match &event {
+            Ok(event) => changes_policies(&mut seen, event),
+            Err(_) => false,
+        };
+        futures::future::ready(changed.then_some(()))
+    });
+    let context = Arc::new(PolicyContext { base: ctx, budgets });
+    Controller::new(
+        scope.api::<RetryPolicy>(&client),
+        watcher::Config::default(),
+    )
+    .reconcile_all_on(budget_changes)
+    .shutdown_on_signal()
+    .run(reconcile::reconcile, reconcile::error_policy, context)
+    .for_each(|_| futures::future::ready(()))
+    .await;
+}
+
+/// The budgets in `namespace` that reference the policy `name`.
+fn users(budgets: &[Arc<BacklogBudget>], namespace: &str, name: &str) -> Vec<status::BudgetUse> {
+    budgets
+        .iter()
+        .filter(|budget| {
+            budget.namespace().as_deref() == Some(namespace)
+                && budget
+                    .spec
+                    .retry_policy_ref
+                    .as_ref()
+                    .is_some_and(|r| r.name == name)
+        })
+        .map(|budget| status::BudgetUse {
+            name: budget.name_any(),
+            completion_deadline: budget.spec.completion_deadline.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::backlog_budget::LocalRef;
+
+    fn budget(namespace: &str, name: &str, policy: Option<&str>, deadline: &str) -> BacklogBudget {
+        let mut budget: BacklogBudget = serde_json::from_value(serde_json::json!({
+            "apiVersion": "backlog.dev/v1alpha1",
+            "kind": "BacklogBudget",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "scaleTargetRef": {"kind": "Deployment", "name": "w"},
+                "minReplicas": 1,
+                "maxReplicas": 2,
+                "completionDeadline": deadline,
+                "metrics": {"backlog": "x"},
+                "partitionCount": 2,
+                "capacity": {"perReplicaRate": 1.0}
+            }
+        }))
+        .unwrap();
+        budget.spec.retry_policy_ref = policy.map(|p| LocalRef { name: p.into() });
+        budget
+    }
+
+    #[test]
+    fn only_changes_that_matter_re_evaluate_policies() {
+        let mut seen = HashMap::new();
+        let orders = budget("shop", "orders", Some("standard"), "10m");
+        assert!(changes_policies(
+            &mut seen,
+            &watcher::Event::InitApply(orders.clone())
+        ));
+        assert!(changes_policies(&mut seen, &watcher::Event::InitDone));
+        // A status write: nothing a policy reads.
+        let mut written = orders.clone();
+        written.status = Some(Default::default());
+        assert!(!changes_policies(
+            &mut seen,
+            &watcher::Event::Apply(written)
+        ));
+        let shorter = budget("shop", "orders", Some("standard"), "1s");
+        assert!(changes_policies(
+            &mut seen,
+            &watcher::Event::Apply(shorter.clone())
+        ));
+        let elsewhere = budget("shop", "orders", Some("other"), "1s");
+        assert!(changes_policies(
+            &mut seen,
+            &watcher::Event::Apply(elsewhere.clone())
+        ));
+        assert!(changes_policies(
+            &mut seen,
+            &watcher::Event::Delete(elsewhere)
+        ));
+        assert!(seen.is_empty());
+    }
+
+    #[test]
+    fn users_are_the_referencing_budgets_of_the_namespace() {
+        let budgets: Vec<Arc<BacklogBudget>> = vec![
+            Arc::new(budget("shop", "a", Some("standard"), "1m")),
+            Arc::new(budget("shop", "b", Some("other"), "1m")),
+            Arc::new(budget("other", "c", Some("standard"), "1m")),
+            Arc::new(budget("shop", "d", None, "1m")),
+        ];
+        let found = users(&budgets, "shop", "standard");
+        assert_eq!(
+            found,
+            [status::BudgetUse {
+                name: "a".into(),
+                completion_deadline: "1m".into()
+            }]
+        );
+    }
+}
