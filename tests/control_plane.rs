@@ -4,12 +4,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
@@ -109,13 +104,10 @@ fn fresh_namespaces_are_distinct(env: &TestEnv) {
 }
 
 fn prometheus_scrapes_targets_added_at_runtime(env: &TestEnv) {
-    let exporter = MetricsServer::start(
-        "# HELP local_cluster_test_gauge A gauge served by the control-plane test.\n\
-         # TYPE local_cluster_test_gauge gauge\n\
-         local_cluster_test_gauge 42\n",
-    );
+    let exporter = support::exporter::Exporter::start();
+    exporter.set("local_cluster_test_gauge", &[], 42.0);
     let job = "control-plane-test";
-    env.add_scrape_target(job, &exporter.addr.to_string(), &[("origin", "test")]);
+    env.add_scrape_target(job, &exporter.target(), &[("origin", "test")]);
 
     let prometheus =
         prometheus_http_query::Client::try_from(env.prometheus_url()).expect("Prometheus client");
@@ -176,70 +168,4 @@ fn prometheus_scrapes_targets_added_at_runtime(env: &TestEnv) {
         )
         .await;
     });
-}
-
-/// A tiny exporter on 127.0.0.1:0 that answers every request with `body` in
-/// the Prometheus text format. Stops when dropped.
-struct MetricsServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl MetricsServer {
-    fn start(body: &'static str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the exporter");
-        let addr = listener.local_addr().expect("exporter address");
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = Arc::clone(&stop);
-            thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    if let Ok(stream) = stream {
-                        let _ = Self::answer(stream, body);
-                    }
-                }
-            })
-        };
-        MetricsServer {
-            addr,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn answer(mut stream: TcpStream, body: &str) -> std::io::Result<()> {
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        // Read the request head; its content does not matter.
-        let mut request = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = stream.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            request.extend_from_slice(&buf[..n]);
-        }
-        write!(
-            stream,
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )?;
-        stream.flush()?;
-        stream.shutdown(Shutdown::Write)
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept so the thread sees the flag.
-        let _ = TcpStream::connect(self.addr);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }

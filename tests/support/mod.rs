@@ -25,13 +25,14 @@
 
 pub mod exporter;
 pub mod operator;
+pub mod workload;
 
 use std::collections::BTreeMap;
 use std::collections::hash_map::RandomState;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -146,9 +147,8 @@ pub struct TestEnv {
 impl TestEnv {
     fn start(needs_prometheus: bool) -> Result<TestEnv, String> {
         let started = Instant::now();
-        // rustls has both ring (kube, ureq) and aws-lc-rs (reqwest, under
-        // prometheus-http-query) compiled in, so kube cannot pick a provider
-        // by itself. An error only means one is installed already.
+        // kube, ureq and reqwest share rustls; install its one provider
+        // explicitly. An error only means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let cluster = LocalCluster::start(Options::default().prometheus(needs_prometheus))
             .map_err(|e| format!("the local control plane did not start: {e}"))?;
@@ -217,6 +217,12 @@ impl TestEnv {
 
     pub fn kubeconfig_path(&self) -> &Path {
         self.cluster.kubeconfig_path()
+    }
+
+    /// The helm CLI: `$HELM_BIN`, else the one `tests/cluster/build-helm.sh` built from its
+    /// Go module (on first use; then from its cache).
+    pub fn helm_path(&self) -> PathBuf {
+        local_cluster::helm().unwrap_or_else(|e| panic!("helm: {e}"))
     }
 
     pub fn token(&self, user: &str) -> &str {

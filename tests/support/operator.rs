@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use backlog_operator::controller::{Context, Scope, context, run_controllers};
+use kube::Client;
 use std::sync::Arc;
 
 use super::TestEnv;
@@ -16,16 +17,29 @@ pub struct Operator {
 impl Operator {
     /// Starts the controllers watching `namespace`, with `prometheus` as the default server.
     pub fn start(env: &TestEnv, namespace: &str, prometheus: Option<&str>) -> Operator {
-        let context = context(
+        Operator::with_client(
+            env,
             env.admin(),
+            Scope::Namespace(namespace.to_owned()),
+            prometheus,
+        )
+    }
+
+    /// Starts the controllers on `client` (e.g. authenticated as the chart's ServiceAccount,
+    /// to prove its permissions suffice) watching `scope`.
+    pub fn with_client(
+        env: &TestEnv,
+        client: Client,
+        scope: Scope,
+        prometheus: Option<&str>,
+    ) -> Operator {
+        let context = context(
+            client,
             prometheus.map(str::to_owned),
             Duration::from_secs(2),
             8,
         );
-        let task = env.runtime().spawn(run_controllers(
-            context.clone(),
-            Scope::Namespace(namespace.to_owned()),
-        ));
+        let task = env.runtime().spawn(run_controllers(context.clone(), scope));
         Operator {
             task: Some(task),
             context,

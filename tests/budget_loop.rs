@@ -1,0 +1,525 @@
+//! The real loop: the operator against a real API server and a real Prometheus that scrapes
+//! the workload simulator, whose consumers are the target Deployment's spec.replicas.
+
+mod support;
+
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use backlog_operator::api::backlog_budget::BudgetPhase;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use support::operator::Operator;
+use support::workload::{apply_budget, budget, budget_status, deployment, model, replicas, serve};
+use support::{TestEnv, wait_until};
+
+fn main() -> ExitCode {
+    support::run(
+        support::tests![
+            a_burst_scales_up_to_at_most_the_partitions_and_back_down,
+            undrainable_load_is_reported_at_once,
+            an_hpa_on_the_target_is_a_conflict_and_nothing_is_written,
+            a_statefulset_is_scaled_through_its_scale_subresource,
+            the_operator_binary_serves_metrics_and_health,
+            with_two_replicas_one_leads_and_the_other_takes_over,
+        ],
+        true,
+    )
+}
+
+/// 12 partitions of 200 events/s per consumer; 300/s with a 5× burst for 5 minutes.
+const BURST: &str = r#"
+name: loop-burst
+duration: 40m
+partitions: 12
+initialReplicas: 2
+production:
+  - {from: 0s, rate: 300}
+  - {from: 4m, rate: 1500}
+  - {from: 9m, rate: 300}
+consumer: {perReplicaRate: 200}
+podStartDelay: 20s
+rebalancePause: 10s
+budget:
+  minReplicas: 1
+  maxReplicas: 20
+  completionDeadline: 10m
+  capacity: {perReplicaRate: 200, reservedRetryShare: 0}
+  scaling: {targetDrainTime: 5m, scaleDownStabilization: 3m, rebalanceCost: 10s}
+"#;
+
+/// The same workload with arrivals above what all 12 partitions can complete (2400/s).
+const UNDRAINABLE: &str = r#"
+name: loop-undrainable
+duration: 40m
+partitions: 12
+initialReplicas: 2
+production:
+  - {from: 0s, rate: 3000}
+consumer: {perReplicaRate: 200}
+budget:
+  minReplicas: 1
+  maxReplicas: 20
+  completionDeadline: 10m
+  capacity: {perReplicaRate: 200, reservedRetryShare: 0}
+"#;
+
+/// The workload clock runs this many times faster than the wall clock.
+const SPEED: f64 = 30.0;
+
+/// How often the loops below look at the cluster.
+const LOOK: Duration = Duration::from_millis(200);
+
+async fn phase(env: &TestEnv, namespace: &str, name: &str) -> Option<BudgetPhase> {
+    budget_status(env, namespace, name).await?.status?.phase
+}
+
+async fn prometheus_value(env: &TestEnv, query: &str) -> Option<f64> {
+    let client = prometheus_http_query::Client::try_from(env.prometheus_url()).ok()?;
+    let result = client.query(query).get().await.ok()?;
+    let vector = result.data().as_vector()?;
+    vector.first().map(|v| v.sample().value())
+}
+
+fn a_burst_scales_up_to_at_most_the_partitions_and_back_down(env: &TestEnv) {
+    let namespace = env.fresh_namespace("burst");
+    let name = "orders";
+    env.block_on(async {
+        let model = model(BURST);
+        deployment(env, &namespace, name, model.initial_replicas).await;
+        let workload = serve(env, model.clone(), &namespace, name, SPEED, &namespace).await;
+        let _operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+        apply_budget(env, &namespace, &budget(name, &model, SPEED, serde_json::json!({}))).await;
+
+        // Follow the loop: replicas never above the partitions; when the backlog first shows
+        // in Prometheus and when the resulting scale-up was written.
+        let arrivals = format!(
+            "sum(rate(kafka_topic_partition_current_offset{{topic=\"{name}\"}}[5s]))"
+        );
+        let base_rate = 300.0 * SPEED;
+        let deadline = Instant::now() + Duration::from_secs_f64(model.duration / SPEED + 30.0);
+        let (mut peak, mut burst_seen, mut scaled_up) = (0, None::<Instant>, None::<Instant>);
+        let mut phases = Vec::new();
+        let mut calm_replicas = model.initial_replicas;
+        loop {
+            let now = replicas(env, &namespace, name).await;
+            assert!(now <= model.partitions, "{now} replicas for {} partitions", model.partitions);
+            peak = peak.max(now);
+            let snapshot = workload.snapshot();
+            if snapshot.model_time < 4.0 * 60.0 {
+                calm_replicas = now;
+            } else if scaled_up.is_none() && now > calm_replicas {
+                scaled_up = Some(Instant::now());
+            }
+            if burst_seen.is_none()
+                && prometheus_value(env, &arrivals).await.unwrap_or(0.0) > 1.5 * base_rate
+            {
+                burst_seen = Some(Instant::now());
+            }
+            if let Some(p) = phase(env, &namespace, name).await
+                && phases.last() != Some(&p)
+            {
+                phases.push(p);
+            }
+            let after_burst = snapshot.model_time > 14.0 * 60.0;
+            let drained = snapshot.partition_backlogs.iter().sum::<f64>() < 600.0;
+            if after_burst && drained && peak >= 8 && now <= 3 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "burst did not play out: model time {:.0}s, backlog {:.0}, replicas {now} (peak {peak}), phases {phases:?}",
+                snapshot.model_time,
+                snapshot.partition_backlogs.iter().sum::<f64>()
+            );
+            tokio::time::sleep(LOOK).await;
+        }
+        // The delay from the burst being visible in Prometheus to the scale-up being written;
+        // both are sampled every 200ms, so "0" means within one sample.
+        if let (Some(seen), Some(up)) = (burst_seen, scaled_up) {
+            eprintln!(
+                "measure: burst visible in Prometheus → scale-up written: {:.2}s (poll 1s, scrape 1s, sampled every 0.2s)",
+                up.saturating_duration_since(seen).as_secs_f64()
+            );
+        }
+        assert!(peak <= model.partitions && peak >= 8, "peak {peak}");
+        assert!(phases.contains(&BudgetPhase::Healthy), "{phases:?}");
+        // Every scale and phase change is an Event on the budget.
+        let reasons = wait_until(Duration::from_secs(10), "scale events on the budget", || async {
+            let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.admin(), &namespace)
+                .list(&Default::default())
+                .await
+                .ok()?;
+            let reasons: Vec<String> = events
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .filter_map(|e| e.reason)
+                .collect();
+            (reasons.iter().any(|r| r == "ScaledUp") && reasons.iter().any(|r| r == "ScaledDown"))
+                .then_some(reasons)
+        })
+        .await;
+        assert!(reasons.iter().any(|r| r == "Healthy" || r == "AtRisk"), "{reasons:?}");
+        // The scale is written first, then the status that records it.
+        wait_until(Duration::from_secs(10), "status records the scale-down", || async {
+            let status = budget_status(env, &namespace, name).await.and_then(|b| b.status);
+            let last = status.as_ref().and_then(|s| s.last_scale.clone());
+            match last {
+                Some(last) if last.to < last.from && last.to <= 3 => Ok(()),
+                _ => Err(format!("{status:?}")),
+            }
+        })
+        .await;
+    });
+}
+
+fn undrainable_load_is_reported_at_once(env: &TestEnv) {
+    let namespace = env.fresh_namespace("undrainable");
+    let name = "payments";
+    env.block_on(async {
+        let model = model(UNDRAINABLE);
+        deployment(env, &namespace, name, model.initial_replicas).await;
+        let _workload = serve(env, model.clone(), &namespace, name, SPEED, &namespace).await;
+        let _operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+        apply_budget(
+            env,
+            &namespace,
+            &budget(name, &model, SPEED, serde_json::json!({})),
+        )
+        .await;
+        // Until every query answers the budget holds (MetricsUnavailable). From the first poll
+        // whose measured λ exceeds what all 12 partitions complete, the phase is Undrainable:
+        // no confirmation over several polls.
+        let capped = 12.0 * 200.0 * SPEED;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let decided = loop {
+            let status = budget_status(env, &namespace, name)
+                .await
+                .and_then(|b| b.status);
+            let measured = status
+                .as_ref()
+                .and_then(|s| s.observed.as_ref()?.produce_rate)
+                .unwrap_or(0.0);
+            let phase = status.and_then(|s| s.phase);
+            if measured > capped {
+                break phase;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "λ never measured above {capped}/s (last {measured})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let decided = decided.expect("a phase");
+        assert_eq!(decided, BudgetPhase::Undrainable);
+        let status = budget_status(env, &namespace, name)
+            .await
+            .and_then(|b| b.status)
+            .expect("status");
+        let explanation = status.explanation.unwrap_or_default();
+        assert!(explanation.contains("can never catch up"), "{explanation}");
+        assert_eq!(
+            status.desired_replicas,
+            Some(12),
+            "the cap: min(maxReplicas 20, 12 partitions)"
+        );
+        wait_until(
+            Duration::from_secs(10),
+            "the target runs the partition count",
+            || async { replicas(env, &namespace, name).await == 12 },
+        )
+        .await;
+    });
+}
+
+fn an_hpa_on_the_target_is_a_conflict_and_nothing_is_written(env: &TestEnv) {
+    let namespace = env.fresh_namespace("conflict");
+    let name = "shipping";
+    env.block_on(async {
+        let model = model(BURST);
+        deployment(env, &namespace, name, model.initial_replicas).await;
+        let hpa: HorizontalPodAutoscaler = serde_json::from_value(serde_json::json!({
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "keda-hpa-shipping"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                "minReplicas": 1,
+                "maxReplicas": 4,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+            }
+        }))
+        .expect("hpa");
+        let hpas = Api::<HorizontalPodAutoscaler>::namespaced(env.admin(), &namespace);
+        hpas.create(&PostParams::default(), &hpa).await.expect("create the HPA");
+        let workload = serve(env, model.clone(), &namespace, name, SPEED, &namespace).await;
+        let _operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+        apply_budget(env, &namespace, &budget(name, &model, SPEED, serde_json::json!({}))).await;
+
+        wait_until(Duration::from_secs(20), "the budget reports the conflict", || async {
+            let status = budget_status(env, &namespace, name).await?.status?;
+            (status.phase == Some(BudgetPhase::Conflict)
+                && status.explanation.as_deref().is_some_and(|e| e.contains("HorizontalPodAutoscaler keda-hpa-shipping")))
+            .then_some(())
+        })
+        .await;
+        // Through the whole burst the budget writes nothing to the target.
+        let deadline = Instant::now() + Duration::from_secs_f64(10.0 * 60.0 / SPEED);
+        while workload.snapshot().model_time < 10.0 * 60.0 {
+            assert_eq!(replicas(env, &namespace, name).await, model.initial_replicas);
+            assert!(Instant::now() < deadline + Duration::from_secs(20), "the burst did not arrive");
+            tokio::time::sleep(LOOK).await;
+        }
+        let deployments = Api::<Deployment>::namespaced(env.admin(), &namespace);
+        let managers: Vec<String> = deployments
+            .get(name)
+            .await
+            .expect("deployment")
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| m.manager)
+            .collect();
+        assert!(!managers.iter().any(|m| m == "backlog-operator"), "{managers:?}");
+
+        // Once the HPA is gone the budget takes over.
+        hpas.delete("keda-hpa-shipping", &DeleteParams::default()).await.expect("delete the HPA");
+        wait_until(Duration::from_secs(20), "the budget takes over", || async {
+            matches!(phase(env, &namespace, name).await, Some(p) if p != BudgetPhase::Conflict)
+        })
+        .await;
+    });
+}
+
+fn a_statefulset_is_scaled_through_its_scale_subresource(env: &TestEnv) {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let namespace = env.fresh_namespace("statefulset");
+    let name = "ledger";
+    env.block_on(async {
+        let model = model(UNDRAINABLE);
+        let set: StatefulSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 2,
+                "serviceName": name,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "consumer", "image": "registry.example.com/ledger:1"}]}
+                }
+            }
+        }))
+        .expect("statefulset");
+        let sets = Api::<StatefulSet>::namespaced(env.admin(), &namespace);
+        sets.create(&PostParams::default(), &set).await.expect("create the statefulset");
+        // The workload simulator follows Deployments; a plain exporter stands in for the load.
+        let exporter = support::exporter::Exporter::start();
+        env.add_scrape_target(&namespace, &exporter.target(), &[]);
+        exporter.set("kafka_consumergroup_lag_sum", &[("consumergroup", name)], 50_000.0);
+        exporter.set("consumer_oldest_unfinished_event_age_seconds", &[("consumer", name)], 5.0);
+        exporter.set("produce_rate", &[("topic", name)], 3000.0);
+        let mut budget = budget(name, &model, 1.0, serde_json::json!({}));
+        budget.spec.scale_target_ref.kind = "StatefulSet".into();
+        budget.spec.metrics.produce_rate = Some(format!("sum(produce_rate{{topic=\"{name}\"}})"));
+        budget.spec.metrics.completion_rate = None;
+        budget.spec.metrics.partitions = None;
+        budget.spec.partition_count = Some(6);
+        let _operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+        apply_budget(env, &namespace, &budget).await;
+        // 3000/s against 6 partitions of 200/s: the cap, 6 replicas, written through /scale.
+        wait_until(Duration::from_secs(30), "the StatefulSet runs 6 replicas", || async {
+            let replicas = sets.get(name).await.ok()?.spec?.replicas?;
+            (replicas == 6).then_some(())
+        })
+        .await;
+        let status = budget_status(env, &namespace, name).await.and_then(|b| b.status).expect("status");
+        assert_eq!(status.phase, Some(BudgetPhase::Undrainable));
+    });
+}
+
+/// Stops the child process when the test ends, also when it panics.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn http_get(address: &str, path: &str) -> Option<(u16, String)> {
+    let response = reqwest::get(format!("http://{address}{path}")).await.ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+fn the_operator_binary_serves_metrics_and_health(env: &TestEnv) {
+    let namespace = env.fresh_namespace("binary");
+    let name = "invoices";
+    let address = format!("127.0.0.1:{}", free_port());
+    env.block_on(async {
+        let model = model(BURST);
+        deployment(env, &namespace, name, model.initial_replicas).await;
+        let _workload = serve(env, model.clone(), &namespace, name, SPEED, &namespace).await;
+        let _operator = Running(
+            Command::new(env!("CARGO_BIN_EXE_backlog-operator"))
+                .args(["run", "--namespace", &namespace, "--listen", &address])
+                .args(["--prometheus-url", env.prometheus_url()])
+                .env("KUBECONFIG", env.kubeconfig_path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start backlog-operator run"),
+        );
+        apply_budget(
+            env,
+            &namespace,
+            &budget(name, &model, SPEED, serde_json::json!({})),
+        )
+        .await;
+        wait_until(
+            Duration::from_secs(20),
+            "/healthz and /readyz answer",
+            || async {
+                let health = http_get(&address, "/healthz").await?;
+                let ready = http_get(&address, "/readyz").await?;
+                (health.0 == 200 && ready.0 == 200).then_some(())
+            },
+        )
+        .await;
+        let metrics = wait_until(
+            Duration::from_secs(30),
+            "/metrics shows the budget's phase",
+            || async {
+                let (_, body) = http_get(&address, "/metrics").await?;
+                body.contains(&format!("name=\"{name}\"")).then_some(body)
+            },
+        )
+        .await;
+        for series in [
+            "backlog_operator_budget_phase",
+            "backlog_operator_budget_desired_replicas",
+            "backlog_operator_budget_drain_time_seconds",
+            "backlog_operator_reconciles_total",
+            "backlog_operator_reconcile_duration_seconds",
+            "backlog_operator_prometheus_query_duration_seconds",
+        ] {
+            assert!(
+                metrics.contains(series),
+                "/metrics lacks {series}:\n{metrics}"
+            );
+        }
+        wait_until(
+            Duration::from_secs(20),
+            "the binary's decision is in status",
+            || async {
+                budget_status(env, &namespace, name)
+                    .await?
+                    .status?
+                    .desired_replicas
+            },
+        )
+        .await;
+    });
+}
+
+fn operator_binary(env: &TestEnv, namespace: &str, identity: &str) -> Running {
+    Running(
+        Command::new(env!("CARGO_BIN_EXE_backlog-operator"))
+            .args(["run", "--namespace", namespace, "--listen", "127.0.0.1:0"])
+            .args(["--prometheus-url", env.prometheus_url()])
+            .args([
+                "--leader-elect",
+                "--lease-namespace",
+                namespace,
+                "--lease-duration",
+                "3s",
+            ])
+            .env("KUBECONFIG", env.kubeconfig_path())
+            .env("POD_NAME", identity)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start backlog-operator run"),
+    )
+}
+
+fn with_two_replicas_one_leads_and_the_other_takes_over(env: &TestEnv) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let namespace = env.fresh_namespace("leader");
+    let name = "refunds";
+    env.block_on(async {
+        let model = model(BURST);
+        deployment(env, &namespace, name, model.initial_replicas).await;
+        let _workload = serve(env, model.clone(), &namespace, name, SPEED, &namespace).await;
+        apply_budget(
+            env,
+            &namespace,
+            &budget(name, &model, SPEED, serde_json::json!({})),
+        )
+        .await;
+        let leases = Api::<Lease>::namespaced(env.admin(), &namespace);
+        let holder = || async {
+            leases
+                .get_opt("backlog-operator")
+                .await
+                .ok()??
+                .spec?
+                .holder_identity
+        };
+        let first = operator_binary(env, &namespace, "replica-a");
+        wait_until(Duration::from_secs(20), "replica-a leads", || async {
+            (holder().await.as_deref() == Some("replica-a")).then_some(())
+        })
+        .await;
+        let _second = operator_binary(env, &namespace, "replica-b");
+        wait_until(Duration::from_secs(20), "the leader reconciles", || async {
+            budget_status(env, &namespace, name)
+                .await?
+                .status?
+                .desired_replicas
+        })
+        .await;
+        // replica-b stands by while replica-a renews.
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            assert_eq!(holder().await.as_deref(), Some("replica-a"));
+            tokio::time::sleep(LOOK).await;
+        }
+        drop(first);
+        wait_until(Duration::from_secs(20), "replica-b takes over", || async {
+            (holder().await.as_deref() == Some("replica-b")).then_some(())
+        })
+        .await;
+        // ... and reconciles: the status keeps moving with the workload.
+        let before = budget_status(env, &namespace, name)
+            .await
+            .and_then(|b| b.status?.observed?.at);
+        wait_until(
+            Duration::from_secs(20),
+            "replica-b writes status",
+            || async {
+                let at = budget_status(env, &namespace, name)
+                    .await?
+                    .status?
+                    .observed?
+                    .at;
+                (at != before).then_some(())
+            },
+        )
+        .await;
+    });
+}

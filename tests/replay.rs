@@ -1,0 +1,1350 @@
+//! Replays against the real API server and the real Prometheus: alice asks, bob approves, the
+//! API server's admission policy (the chart's very file) refuses everything else, and the
+//! operator — running in this process — freezes the scope, runs the canary, checks Prometheus,
+//! runs the rest, halts on failure and survives restarts.
+//!
+//! No controller-manager runs: the tests set Job status themselves, as Kubernetes' Job
+//! controller would.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, ExitCode};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use backlog_operator::api::replay_job::{ReplayJob, ReplayPhase};
+use backlog_operator::controller::replay::{
+    EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use support::exporter::Exporter;
+use support::operator::Operator;
+use support::{TestEnv, wait_until};
+
+const POLICY_FILE: &str = "charts/backlog-operator/policies/replayjob-four-eyes.yaml";
+const POLICY_NAMESPACE: &str = "backlog-operator";
+/// How long the operator may take for one step (a reconcile, a Prometheus scrape, a retry).
+const STEP: Duration = Duration::from_secs(60);
+const SOURCE: &str = "orders.dlq";
+
+fn main() -> ExitCode {
+    support::run(
+        support::tests![
+            a_new_replay_freezes_its_scope_and_awaits_approval,
+            the_api_server_enforces_four_eyes,
+            an_approved_replay_runs_the_canary_then_the_rest,
+            a_failed_canary_halts_without_a_main_job,
+            a_failed_verification_halts_without_a_main_job,
+            suspend_and_resume_toggle_the_running_job,
+            the_scope_is_frozen_from_its_source_and_cannot_be_edited,
+            a_second_replay_of_the_same_source_waits_for_the_first,
+            a_restarted_operator_creates_one_job_per_stage,
+            the_jobs_indices_cover_every_id_exactly_once,
+            a_template_the_api_server_refuses_is_reported_before_the_start,
+        ],
+        true,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster-wide set-up, once per test binary
+
+static SET_UP: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Installs the admission policy from the chart and lets alice, bob and carol work with
+/// replays (RBAC); waits until the policy refuses what it must. Call outside `block_on`.
+fn set_up(env: &TestEnv) {
+    let result = SET_UP.get_or_init(|| env.block_on(install(env)));
+    if let Err(problem) = result {
+        panic!("setting up the cluster for replays: {problem}");
+    }
+}
+
+async fn install(env: &TestEnv) -> Result<(), String> {
+    let admin = env.admin();
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(POLICY_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => return Err(format!("creating namespace {POLICY_NAMESPACE}: {e}")),
+    }
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join(POLICY_FILE);
+    kubectl(
+        env,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=replay-test",
+            "-f",
+            &policy.to_string_lossy(),
+        ],
+    )
+    .await?;
+    let rbac = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: replay-test-users}
+rules:
+  - apiGroups: [backlog.dev]
+    resources: [replayjobs]
+    verbs: [get, list, watch, create, update, patch, delete]
+  - apiGroups: [""]
+    resources: [configmaps]
+    verbs: [get, list, create, update, patch]
+  - apiGroups: [batch]
+    resources: [jobs]
+    verbs: [get, list, watch]
+  - apiGroups: [events.k8s.io]
+    resources: [events]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: replay-test-users}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: replay-test-users}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: carol}
+"#;
+    let rbac_file = env.cluster().state_dir().join("replay-test-rbac.yaml");
+    std::fs::write(&rbac_file, rbac).map_err(|e| format!("writing {rbac_file:?}: {e}"))?;
+    kubectl(
+        env,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=replay-test",
+            "-f",
+            &rbac_file.to_string_lossy(),
+        ],
+    )
+    .await?;
+
+    // The policy is enforced once a create on someone else's behalf is refused with its
+    // message (a dry run: nothing is created).
+    let probe = serde_json::from_value::<ReplayJob>(replay_body("probe", "bob", &["a"], None))
+        .map_err(|e| e.to_string())?;
+    let replays = Api::<ReplayJob>::namespaced(env.client("alice"), "default");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_until(
+        STEP,
+        "the four-eyes policy refuses a create on behalf of bob",
+        || async {
+            match replays.create(&dry_run, &probe).await {
+                Err(kube::Error::Api(status))
+                    if status.message.contains("spec.requestedBy must be the user") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    Ok(())
+}
+
+async fn kubectl(env: &TestEnv, args: &[&str]) -> Result<String, String> {
+    let kubectl = env
+        .cluster()
+        .kubectl_path()
+        .ok_or("the control plane comes without kubectl")?
+        .to_path_buf();
+    let mut command = Command::new(kubectl);
+    command
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path())
+        .arg("--cache-dir")
+        .arg(env.cluster().state_dir().join("kubectl-cache"))
+        .args(args);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .map_err(|e| format!("kubectl task: {e}"))?
+        .map_err(|e| format!("running kubectl: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects
+
+fn ids(prefix: &str, count: usize) -> Vec<String> {
+    (1..=count).map(|i| format!("{prefix}-{i:04}")).collect()
+}
+
+/// A replay of `ids` in batches of 2 with a canary of 2, at 5 events per second.
+fn replay_body(name: &str, requested_by: &str, ids: &[&str], verification: Option<&str>) -> Value {
+    let mut body = json!({
+        "apiVersion": "backlog.dev/v1alpha1",
+        "kind": "ReplayJob",
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"queue": SOURCE},
+            "destination": {"queue": "orders"},
+            "scope": {"eventType": "order.created", "eventIds": ids, "tenant": "acme"},
+            "reason": "order.created events failed schema validation before the fix",
+            "requestedBy": requested_by,
+            "rootCauseFix": {"reference": "CHANGE-4711", "verified": true},
+            "batches": {"size": 2, "canary": 2, "ratePerSecond": 5, "pauseBetween": "10s"},
+            "template": {"spec": {"containers": [{
+                "name": "replay",
+                "image": "registry.example.com/orders/replay-tool:1.4.2",
+                "args": ["--ids", "$(REPLAY_EVENT_IDS_FILE)"],
+            }]}},
+        }
+    });
+    if let Some(query) = verification {
+        body["spec"]["verification"] = json!([{"name": "no-duplicates", "query": query}]);
+    }
+    body
+}
+
+async fn create_as(
+    client: &Client,
+    namespace: &str,
+    body: Value,
+) -> Result<ReplayJob, kube::Error> {
+    let replay: ReplayJob = serde_json::from_value(body).expect("a ReplayJob");
+    Api::<ReplayJob>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &replay)
+        .await
+}
+
+async fn patch_as(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    patch: Value,
+) -> Result<ReplayJob, kube::Error> {
+    Api::<ReplayJob>::namespaced(client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+}
+
+async fn approve_as(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    approver: &str,
+) -> Result<ReplayJob, kube::Error> {
+    patch_as(
+        client,
+        namespace,
+        name,
+        json!({"spec": {"approval": {"approvedBy": approver, "reference": "CAB-2026-118"}}}),
+    )
+    .await
+}
+
+/// The API server's refusal; panics if the request went through.
+fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) -> String {
+    match result {
+        Err(kube::Error::Api(status)) => status.message,
+        Err(other) => panic!("{what}: expected a refusal from the API server, got {other}"),
+        Ok(accepted) => panic!("{what}: the API server accepted it: {accepted:?}"),
+    }
+}
+
+fn assert_mentions(message: &str, fragments: &[&str], what: &str) {
+    for fragment in fragments {
+        assert!(
+            message.contains(fragment),
+            "{what}: {fragment:?} is not in the server's message: {message}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observing
+
+async fn get_replay(client: &Client, namespace: &str, name: &str) -> ReplayJob {
+    Api::<ReplayJob>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading ReplayJob {namespace}/{name}: {e}"))
+}
+
+fn phase(replay: &ReplayJob) -> Option<ReplayPhase> {
+    replay.status.as_ref().and_then(|s| s.phase)
+}
+
+fn condition<'a>(
+    replay: &'a ReplayJob,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    replay
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+async fn wait_phase(client: &Client, namespace: &str, name: &str, want: ReplayPhase) -> ReplayJob {
+    wait_until(STEP, &format!("ReplayJob {name} is {want:?}"), || async {
+        let replay = get_replay(client, namespace, name).await;
+        if phase(&replay) == Some(want) {
+            Ok(replay)
+        } else {
+            Err(format!(
+                "phase {:?}: {:?}",
+                phase(&replay),
+                replay.status.as_ref().and_then(|s| s.message.clone())
+            ))
+        }
+    })
+    .await
+}
+
+/// The Jobs of a replay, by stage.
+async fn jobs_of(client: &Client, namespace: &str, replay: &str) -> BTreeMap<String, Vec<Job>> {
+    let listed = Api::<Job>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("{LABEL_REPLAY}={replay}")))
+        .await
+        .unwrap_or_else(|e| panic!("listing Jobs in {namespace}: {e}"));
+    let mut by_stage: BTreeMap<String, Vec<Job>> = BTreeMap::new();
+    for job in listed.items {
+        let stage = job.labels().get(LABEL_STAGE).cloned().unwrap_or_default();
+        by_stage.entry(stage).or_default().push(job);
+    }
+    by_stage
+}
+
+async fn all_jobs(client: &Client, namespace: &str) -> Vec<Job> {
+    Api::<Job>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("listing Jobs in {namespace}: {e}"))
+        .items
+}
+
+/// Waits for the Job of `stage` and returns it; there must be exactly one.
+async fn wait_stage_job(client: &Client, namespace: &str, replay: &str, stage: &str) -> Job {
+    wait_until(
+        STEP,
+        &format!("the {stage} Job of {replay} exists"),
+        || async {
+            let mut jobs = jobs_of(client, namespace, replay).await;
+            match jobs.remove(stage) {
+                Some(mut found) if found.len() == 1 => Ok(found.remove(0)),
+                Some(found) => panic!("{} {stage} Jobs of {replay}", found.len()),
+                None => Err(format!("Jobs: {:?}", jobs.keys().collect::<Vec<_>>())),
+            }
+        },
+    )
+    .await
+}
+
+fn env_of(job: &Job) -> BTreeMap<String, String> {
+    let pod = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("a pod template");
+    pod.containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn number(env: &BTreeMap<String, String>, key: &str) -> usize {
+    env.get(key)
+        .unwrap_or_else(|| panic!("no {key} in {env:?}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+async fn event_reasons(client: &Client, namespace: &str, replay: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(replay))
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+/// The operator's own metrics show no failed replay reconcile: every outcome of these tests is
+/// a decision, not an error that was retried.
+fn assert_no_reconcile_errors(operator: &Operator) {
+    let metrics = operator.context.metrics.encode();
+    let errors: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("backlog_operator_reconcile_errors") && l.contains("replayjob"))
+        .collect();
+    assert!(errors.is_empty(), "failed reconciles: {errors:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driving Jobs (what the Job controller would do)
+
+fn index_list(from: usize, to: usize) -> Option<String> {
+    match to.checked_sub(from) {
+        None | Some(0) => None,
+        Some(1) => Some(from.to_string()),
+        Some(_) => Some(format!("{from}-{}", to - 1)),
+    }
+}
+
+fn job_condition(type_: &str, reason: &str, at: &str) -> Value {
+    json!({"type": type_, "status": "True", "reason": reason, "message": "set by the test",
+           "lastTransitionTime": at, "lastProbeTime": at})
+}
+
+fn times() -> (String, String) {
+    let now = Timestamp::now();
+    let start = now - SignedDuration::from_secs(60);
+    (start.to_string(), now.to_string())
+}
+
+/// Every index of the Job succeeded.
+async fn succeed_job(namespace: &str, env: &TestEnv, job: &Job) {
+    let completions = job.spec.as_ref().and_then(|s| s.completions).unwrap_or(1) as usize;
+    let (start, now) = times();
+    let status = json!({"status": {
+        "startTime": start,
+        "completionTime": now,
+        "completedIndexes": index_list(0, completions).unwrap_or_default(),
+        "succeeded": completions,
+        "conditions": [
+            job_condition("SuccessCriteriaMet", "CompletionsReached", &now),
+            job_condition("Complete", "CompletionsReached", &now),
+        ],
+    }});
+    Api::<Job>::namespaced(env.admin(), namespace)
+        .patch_status(
+            &job.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(status),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("completing Job {}: {e}", job.name_any()));
+}
+
+/// Indices before `failed_index` succeeded, that one failed for good.
+async fn fail_job(namespace: &str, env: &TestEnv, job: &Job, failed_index: usize) {
+    let (start, now) = times();
+    let mut status = json!({
+        "startTime": start,
+        "failedIndexes": failed_index.to_string(),
+        "succeeded": failed_index,
+        "failed": 1,
+        "conditions": [
+            job_condition("FailureTarget", "MaxFailedIndexesExceeded", &now),
+            job_condition("Failed", "MaxFailedIndexesExceeded", &now),
+        ],
+    });
+    if let Some(done) = index_list(0, failed_index) {
+        status["completedIndexes"] = json!(done);
+    }
+    Api::<Job>::namespaced(env.admin(), namespace)
+        .patch_status(
+            &job.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("failing Job {}: {e}", job.name_any()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prometheus
+
+/// A gauge of duplicate side effects, labelled with the test's namespace, scraped by the real
+/// Prometheus; and the check that must hold after the canary.
+struct Duplicates {
+    exporter: Exporter,
+    job_name: String,
+    namespace: String,
+}
+
+impl Duplicates {
+    fn start(env: &TestEnv, namespace: &str, value: f64) -> Duplicates {
+        let exporter = Exporter::start();
+        exporter.set(
+            "replay_test_duplicate_side_effects",
+            &[("test", namespace)],
+            value,
+        );
+        let job_name = format!("replay-{namespace}");
+        env.add_scrape_target(&job_name, &exporter.target(), &[]);
+        Duplicates {
+            exporter,
+            job_name,
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    fn check(&self) -> String {
+        format!(
+            "sum(replay_test_duplicate_side_effects{{test=\"{}\"}}) == bool 0",
+            self.namespace
+        )
+    }
+
+    fn stop(self, env: &TestEnv) {
+        env.remove_scrape_target(&self.job_name);
+        drop(self.exporter);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+fn a_new_replay_freezes_its_scope_and_awaits_approval(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-new");
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let alice = env.client("alice");
+    let list = ids("evt", 5);
+    let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+    env.block_on(async {
+        let created = create_as(
+            &alice,
+            &namespace,
+            replay_body("orders", "alice", &refs, None),
+        )
+        .await
+        .expect("alice creates her replay");
+        let replay = wait_phase(&alice, &namespace, "orders", ReplayPhase::AwaitingApproval).await;
+        let status = replay.status.clone().expect("status");
+        let scope = status.scope.clone().expect("the scope is frozen");
+        let text: String = list.iter().map(|id| format!("{id}\n")).collect();
+        let sha: String = Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(scope.count, 5);
+        assert_eq!(scope.sha256, sha);
+        assert_eq!(status.requested_by.as_deref(), Some("alice"));
+        assert_eq!(status.approved_by, None);
+        assert_eq!(status.batches_total, Some(3));
+        let uid = created.uid().expect("uid");
+        assert_eq!(
+            status.operation_id.as_deref(),
+            Some(format!("replay-{uid}").as_str())
+        );
+        let approved = condition(&replay, "Approved").expect("Approved condition");
+        assert_eq!(approved.status, "False");
+        assert_mentions(&approved.message, &["spec.approval.approvedBy"], "Approved");
+
+        let frozen = Api::<ConfigMap>::namespaced(env.admin(), &namespace)
+            .get(&scope.config_map)
+            .await
+            .expect("the frozen scope ConfigMap");
+        assert_eq!(frozen.immutable, Some(true));
+        assert_eq!(
+            frozen.data.as_ref().and_then(|d| d.get(EVENT_IDS_KEY)),
+            Some(&text)
+        );
+        let owner = &frozen.owner_references()[0];
+        assert_eq!(
+            (owner.uid.as_str(), owner.controller),
+            (uid.as_str(), Some(true))
+        );
+
+        assert!(
+            all_jobs(&alice, &namespace).await.is_empty(),
+            "no Job before approval"
+        );
+        wait_until(STEP, "the freeze is an Event", || async {
+            event_reasons(&alice, &namespace, "orders")
+                .await
+                .contains(&"ScopeFrozen".to_owned())
+        })
+        .await;
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn the_api_server_enforces_four_eyes(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-four-eyes");
+    let (alice, bob, carol, admin) = (
+        env.client("alice"),
+        env.client("bob"),
+        env.client("carol"),
+        env.admin(),
+    );
+    env.block_on(async {
+        // (a) Nobody requests a replay on someone else's behalf, admins included.
+        let message = refused(
+            create_as(&alice, &namespace, replay_body("for-bob", "bob", &["a"], None)).await,
+            "alice creating a replay requested by bob",
+        );
+        assert_mentions(
+            &message,
+            &["spec.requestedBy must be the user creating the ReplayJob (alice)"],
+            "(a)",
+        );
+        refused(
+            create_as(&admin, &namespace, replay_body("by-admin", "alice", &["a"], None)).await,
+            "admin creating a replay requested by alice",
+        );
+        create_as(&alice, &namespace, replay_body("orders", "alice", &["a", "b", "c"], None))
+            .await
+            .expect("alice creates her own replay");
+
+        // (c) The requester cannot approve her own replay, nor sign in someone else's name.
+        let message = refused(
+            approve_as(&alice, &namespace, "orders", "alice").await,
+            "alice approving her own replay",
+        );
+        assert_mentions(&message, &["approvedBy", "requestedBy"], "self-approval");
+        let message = refused(
+            approve_as(&alice, &namespace, "orders", "bob").await,
+            "alice approving in bob's name",
+        );
+        assert_mentions(
+            &message,
+            &["spec.approval.approvedBy must be the user setting the approval (alice)"],
+            "(c)",
+        );
+        // (b) Only the approvers group approves: not carol, not an admin.
+        for (client, user) in [(&carol, "carol"), (&admin, "admin")] {
+            let message = refused(
+                approve_as(client, &namespace, "orders", user).await,
+                &format!("{user} approving"),
+            );
+            assert_mentions(
+                &message,
+                &[
+                    "spec.approval may only be set, changed or removed by a member of the group backlog-approvers",
+                    &format!("{user} is not one"),
+                ],
+                "(b)",
+            );
+        }
+        let approved = approve_as(&bob, &namespace, "orders", "bob")
+            .await
+            .expect("bob approves alice's replay");
+        assert_eq!(
+            approved.spec.approval.map(|a| a.approved_by).as_deref(),
+            Some("bob")
+        );
+
+        // (e) What was approved is what runs: no edits but suspend while approved.
+        let message = refused(
+            patch_as(&alice, &namespace, "orders", json!({"spec": {"batches": {"size": 50}}})).await,
+            "alice enlarging batches after the approval",
+        );
+        assert_mentions(&message, &["only spec.suspend may change"], "(e)");
+        refused(
+            patch_as(&admin, &namespace, "orders", json!({"spec": {"template": {"spec": {"containers": [{"name": "x", "image": "evil:1"}]}}}})).await,
+            "admin swapping the image after the approval",
+        );
+        patch_as(&alice, &namespace, "orders", json!({"spec": {"suspend": true}}))
+            .await
+            .expect("suspend may change while approved");
+        patch_as(&admin, &namespace, "orders", json!({"metadata": {"labels": {"team": "orders"}}}))
+            .await
+            .expect("an admin may still label the replay");
+        // Before the start an approver may withdraw; the requester edits; a new approval.
+        patch_as(&bob, &namespace, "orders", json!({"spec": {"approval": null}}))
+            .await
+            .expect("bob withdraws his approval before the start");
+        patch_as(&alice, &namespace, "orders", json!({"spec": {"batches": {"size": 3}}}))
+            .await
+            .expect("alice edits the unapproved replay");
+        approve_as(&bob, &namespace, "orders", "bob")
+            .await
+            .expect("bob approves again");
+
+        // The status subresource is not subject to the policy: write a started stage as the
+        // operator would.
+        let started = json!({"status": {"phase": "Canary", "stages": [{
+            "name": "canary", "job": "orders-canary-x", "batches": 1,
+            "startedAt": Timestamp::now().to_string(), "succeeded": 0, "failed": 0,
+        }]}});
+        Api::<ReplayJob>::namespaced(admin.clone(), &namespace)
+            .patch_status("orders", &PatchParams::default(), &Patch::Merge(started))
+            .await
+            .expect("status writes are not refused");
+
+        // (d) Once started, the approval stays as it is, even for the approver.
+        let message = refused(
+            patch_as(&bob, &namespace, "orders", json!({"spec": {"approval": null}})).await,
+            "bob withdrawing after the start",
+        );
+        assert_mentions(
+            &message,
+            &["spec.approval cannot be changed or removed once the replay has started"],
+            "(d)",
+        );
+        refused(
+            patch_as(&bob, &namespace, "orders", json!({"spec": {"approval": {"reference": "CAB-2"}}})).await,
+            "bob changing the reference after the start",
+        );
+        patch_as(&alice, &namespace, "orders", json!({"spec": {"suspend": false}}))
+            .await
+            .expect("suspend still toggles after the start");
+    });
+}
+
+fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-flow");
+    let duplicates = Duplicates::start(env, &namespace, 0.0);
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let list = ids("ord", 7);
+    let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+    env.block_on(async {
+        create_as(
+            &alice,
+            &namespace,
+            replay_body("orders", "alice", &refs, Some(&duplicates.check())),
+        )
+        .await
+        .expect("alice creates");
+        wait_phase(&alice, &namespace, "orders", ReplayPhase::AwaitingApproval).await;
+        assert!(all_jobs(&alice, &namespace).await.is_empty());
+
+        approve_as(&bob, &namespace, "orders", "bob")
+            .await
+            .expect("bob approves");
+        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        let replay = wait_phase(&alice, &namespace, "orders", ReplayPhase::Canary).await;
+        let status = replay.status.clone().expect("status");
+        let scope = status.scope.clone().expect("scope");
+
+        // The canary Job: Indexed, one batch, the worker contract, the frozen ids read-only.
+        let spec = canary.spec.clone().expect("job spec");
+        assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+        assert_eq!(spec.completions, Some(1));
+        assert_eq!(spec.parallelism, Some(1));
+        assert_eq!(spec.backoff_limit_per_index, Some(0));
+        let owner = &canary.owner_references()[0];
+        assert_eq!(owner.kind, "ReplayJob");
+        assert_eq!(Some(owner.uid.clone()), replay.uid());
+        let env_vars = env_of(&canary);
+        for (key, want) in [
+            (
+                "REPLAY_OPERATION_ID",
+                status.operation_id.clone().expect("operation id"),
+            ),
+            ("REPLAY_NAME", "orders".to_owned()),
+            ("REPLAY_SOURCE", SOURCE.to_owned()),
+            ("REPLAY_DESTINATION", "orders".to_owned()),
+            ("REPLAY_EVENT_IDS_FILE", EVENT_IDS_FILE.to_owned()),
+            ("REPLAY_STAGE", "canary".to_owned()),
+            ("REPLAY_FIRST_EVENT", "0".to_owned()),
+            ("REPLAY_EVENT_COUNT", "2".to_owned()),
+            ("REPLAY_BATCH_SIZE", "2".to_owned()),
+            ("REPLAY_RATE_PER_SECOND", "5".to_owned()),
+            ("REPLAY_PAUSE_BETWEEN", "10s".to_owned()),
+        ] {
+            assert_eq!(env_vars.get(key), Some(&want), "{key} in {env_vars:?}");
+        }
+        let pod = spec.template.spec.clone().expect("pod spec");
+        let mount = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| EVENT_IDS_FILE.starts_with(&m.mount_path))
+            .expect("the ids are mounted");
+        assert_eq!(mount.read_only, Some(true));
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .expect("the ids volume");
+        assert_eq!(
+            volume.config_map.as_ref().map(|c| c.name.as_str()),
+            Some(scope.config_map.as_str())
+        );
+        let security = pod.containers[0]
+            .security_context
+            .clone()
+            .expect("restricted");
+        assert_eq!(security.run_as_non_root, Some(true));
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            security.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_owned()])
+        );
+        assert_eq!(status.approved_by.as_deref(), Some("bob"));
+        assert!(status.approved_at.is_some());
+        assert_eq!(status.approval_reference.as_deref(), Some("CAB-2026-118"));
+        assert!(status.stages[0].started_at.is_some());
+        assert!(
+            !jobs_of(&admin, &namespace, "orders")
+                .await
+                .contains_key("main")
+        );
+
+        // The canary succeeds and Prometheus says there are no duplicates: the rest runs.
+        succeed_job(&namespace, env, &canary).await;
+        let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
+        let replay = wait_phase(&alice, &namespace, "orders", ReplayPhase::Running).await;
+        assert_eq!(
+            condition(&replay, "Verified").map(|c| c.status.as_str()),
+            Some("True")
+        );
+        let checks = replay.status.clone().expect("status").verification;
+        assert_eq!(checks.len(), 1);
+        assert_eq!(
+            (checks[0].result.as_str(), checks[0].value),
+            ("Holds", Some(1.0))
+        );
+        let main_env = env_of(&main);
+        assert_eq!(main.spec.as_ref().and_then(|s| s.completions), Some(3));
+        assert_eq!(main_env["REPLAY_FIRST_EVENT"], "2");
+        assert_eq!(main_env["REPLAY_EVENT_COUNT"], "5");
+        assert_eq!(main_env["REPLAY_FIRST_BATCH"], "1");
+
+        succeed_job(&namespace, env, &main).await;
+        let done = wait_phase(&alice, &namespace, "orders", ReplayPhase::Succeeded).await;
+        let status = done.status.expect("status");
+        assert_eq!(status.batches_total, Some(4));
+        assert_eq!(status.batches_succeeded, Some(4));
+        assert_eq!(status.batches_failed, Some(0));
+        assert!(
+            status.stages.iter().all(|s| s.finished_at.is_some()),
+            "{:?}",
+            status.stages
+        );
+
+        let reasons = wait_until(STEP, "every transition is an Event", || async {
+            let reasons = event_reasons(&alice, &namespace, "orders").await;
+            let want = [
+                "ScopeFrozen",
+                "AwaitingApproval",
+                "Approved",
+                "StageStarted",
+                "Canary",
+                "Running",
+                "Succeeded",
+            ];
+            if want.iter().all(|w| reasons.iter().any(|r| r == w)) {
+                Ok(reasons)
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        })
+        .await;
+        assert!(!reasons.is_empty());
+    });
+    assert_no_reconcile_errors(&operator);
+    duplicates.stop(env);
+}
+
+fn a_failed_canary_halts_without_a_main_job(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-canary-fails");
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let list = ids("evt", 6);
+    let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+    env.block_on(async {
+        create_as(
+            &alice,
+            &namespace,
+            replay_body("orders", "alice", &refs, None),
+        )
+        .await
+        .expect("alice creates");
+        approve_as(&bob, &namespace, "orders", "bob")
+            .await
+            .expect("bob approves");
+        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        fail_job(&namespace, env, &canary, 0).await;
+        let halted = wait_phase(&alice, &namespace, "orders", ReplayPhase::Halted).await;
+        let condition = condition(&halted, "Halted").expect("Halted condition");
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("True", "BatchFailed")
+        );
+        assert_mentions(
+            &condition.message,
+            &["batch 0", "canary", "MaxFailedIndexesExceeded"],
+            "halt",
+        );
+        assert_eq!(
+            halted.status.as_ref().and_then(|s| s.batches_failed),
+            Some(1)
+        );
+
+        // Nudging it (suspend, resume) does not bring it back.
+        patch_as(
+            &alice,
+            &namespace,
+            "orders",
+            json!({"spec": {"suspend": true}}),
+        )
+        .await
+        .expect("suspend");
+        let resumed = patch_as(
+            &alice,
+            &namespace,
+            "orders",
+            json!({"spec": {"suspend": false}}),
+        )
+        .await
+        .expect("resume");
+        let generation = resumed.metadata.generation;
+        let replay = wait_until(STEP, "the operator saw the resume", || async {
+            let replay = get_replay(&alice, &namespace, "orders").await;
+            let seen = replay.status.as_ref().and_then(|s| s.observed_generation);
+            if seen >= generation {
+                Ok(replay)
+            } else {
+                Err(format!("observed {seen:?}"))
+            }
+        })
+        .await;
+        assert_eq!(phase(&replay), Some(ReplayPhase::Halted));
+        let jobs = jobs_of(&admin, &namespace, "orders").await;
+        assert_eq!(
+            jobs.keys().collect::<Vec<_>>(),
+            ["canary"],
+            "no main Job after a failed canary"
+        );
+        assert_eq!(jobs["canary"].len(), 1);
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-verify-fails");
+    let duplicates = Duplicates::start(env, &namespace, 3.0);
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let list = ids("evt", 6);
+    let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+    env.block_on(async {
+        create_as(
+            &alice,
+            &namespace,
+            replay_body("orders", "alice", &refs, Some(&duplicates.check())),
+        )
+        .await
+        .expect("alice creates");
+        approve_as(&bob, &namespace, "orders", "bob")
+            .await
+            .expect("bob approves");
+        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        succeed_job(&namespace, env, &canary).await;
+        let halted = wait_phase(&alice, &namespace, "orders", ReplayPhase::Halted).await;
+        let halt = condition(&halted, "Halted").expect("Halted condition");
+        assert_eq!(halt.reason, "VerificationFailed");
+        assert_mentions(&halt.message, &["no-duplicates", "returned 0"], "halt");
+        assert_eq!(
+            condition(&halted, "Verified").map(|c| c.status.as_str()),
+            Some("False")
+        );
+        let checks = halted.status.clone().expect("status").verification;
+        assert_eq!(
+            (checks[0].result.as_str(), checks[0].value),
+            ("Fails", Some(0.0))
+        );
+        let jobs = jobs_of(&admin, &namespace, "orders").await;
+        assert_eq!(
+            jobs.keys().collect::<Vec<_>>(),
+            ["canary"],
+            "no main Job after a failed check"
+        );
+    });
+    assert_no_reconcile_errors(&operator);
+    duplicates.stop(env);
+}
+
+fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-suspend");
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    env.block_on(async {
+        create_as(
+            &alice,
+            &namespace,
+            replay_body("orders", "alice", &["a", "b", "c"], None),
+        )
+        .await
+        .expect("alice creates");
+        approve_as(&bob, &namespace, "orders", "bob")
+            .await
+            .expect("bob approves");
+        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        let jobs = Api::<Job>::namespaced(admin.clone(), &namespace);
+        let suspended_is = |want: bool| {
+            let jobs = jobs.clone();
+            let name = canary.name_any();
+            async move {
+                let job = jobs.get(&name).await.expect("the canary Job");
+                job.spec.and_then(|s| s.suspend) == Some(want)
+            }
+        };
+        assert!(suspended_is(false).await);
+
+        patch_as(
+            &alice,
+            &namespace,
+            "orders",
+            json!({"spec": {"suspend": true}}),
+        )
+        .await
+        .expect("alice suspends");
+        wait_until(STEP, "the Job is suspended", || suspended_is(true)).await;
+        let replay = wait_phase(&alice, &namespace, "orders", ReplayPhase::Suspended).await;
+        assert_mentions(
+            replay
+                .status
+                .and_then(|s| s.message)
+                .as_deref()
+                .unwrap_or_default(),
+            &["spec.suspend"],
+            "suspended",
+        );
+
+        patch_as(
+            &alice,
+            &namespace,
+            "orders",
+            json!({"spec": {"suspend": false}}),
+        )
+        .await
+        .expect("alice resumes");
+        wait_until(STEP, "the Job runs again", || suspended_is(false)).await;
+        wait_phase(&alice, &namespace, "orders", ReplayPhase::Canary).await;
+        assert_eq!(
+            jobs_of(&admin, &namespace, "orders").await["canary"].len(),
+            1
+        );
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn the_scope_is_frozen_from_its_source_and_cannot_be_edited(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-scope");
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let list = ids("dlq", 4);
+    env.block_on(async {
+        let mut body = replay_body("orders", "alice", &[], None);
+        body["spec"]["scope"] = json!({"eventType": "order.created", "eventIdsFrom": {"name": "dead-letters", "key": "ids"}});
+        create_as(&alice, &namespace, body).await.expect("alice creates");
+        // The source does not exist yet: the replay says which field and what to do.
+        let pending = wait_phase(&alice, &namespace, "orders", ReplayPhase::Pending).await;
+        let frozen = condition(&pending, "ScopeFrozen").expect("ScopeFrozen");
+        assert_eq!(frozen.status, "False");
+        assert_mentions(&frozen.message, &["spec.scope.eventIdsFrom", "dead-letters", "ids"], "pending");
+
+        let source = Api::<ConfigMap>::namespaced(alice.clone(), &namespace);
+        let text: String = list.iter().map(|id| format!("{id}\n")).collect();
+        let config_map: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "dead-letters"},
+            "data": {"ids": text},
+        }))
+        .expect("a ConfigMap");
+        source
+            .create(&PostParams::default(), &config_map)
+            .await
+            .expect("alice lists the dead letters");
+        let replay = wait_phase(&alice, &namespace, "orders", ReplayPhase::AwaitingApproval).await;
+        let scope = replay.status.clone().and_then(|s| s.scope).expect("frozen");
+        assert_eq!(scope.count, 4);
+
+        // Later edits of the source change nothing.
+        source
+            .patch(
+                "dead-letters",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"ids": format!("{text}dlq-9999\n")}})),
+            )
+            .await
+            .expect("the source is edited");
+        // The scope itself cannot be edited.
+        let message = refused(
+            patch_as(&alice, &namespace, "orders", json!({"spec": {"scope": {"eventIdsFrom": {"name": "other", "key": "ids"}}}})).await,
+            "editing the scope",
+        );
+        assert_mentions(&message, &["spec.scope", "immutable"], "scope edit");
+
+        approve_as(&bob, &namespace, "orders", "bob").await.expect("bob approves");
+        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        let frozen = Api::<ConfigMap>::namespaced(admin.clone(), &namespace)
+            .get(&scope.config_map)
+            .await
+            .expect("the frozen scope");
+        assert_eq!(frozen.data.and_then(|d| d.get(EVENT_IDS_KEY).cloned()), Some(text));
+        let replay = get_replay(&alice, &namespace, "orders").await;
+        assert_eq!(replay.status.and_then(|s| s.scope), Some(scope.clone()));
+        let pod = canary.spec.and_then(|s| s.template.spec).expect("pod");
+        assert!(
+            pod.volumes
+                .iter()
+                .flatten()
+                .any(|v| v.config_map.as_ref().map(|c| c.name.as_str()) == Some(scope.config_map.as_str())),
+            "the canary mounts the frozen copy, not the source"
+        );
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-queue");
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    env.block_on(async {
+        create_as(
+            &alice,
+            &namespace,
+            replay_body("first", "alice", &["a", "b", "c"], None),
+        )
+        .await
+        .expect("first");
+        approve_as(&bob, &namespace, "first", "bob")
+            .await
+            .expect("approve first");
+        let canary = wait_stage_job(&admin, &namespace, "first", "canary").await;
+
+        create_as(
+            &alice,
+            &namespace,
+            replay_body("second", "alice", &["x", "y"], None),
+        )
+        .await
+        .expect("second");
+        approve_as(&bob, &namespace, "second", "bob")
+            .await
+            .expect("approve second");
+        let waiting = wait_until(
+            STEP,
+            "the second replay waits, naming the first",
+            || async {
+                let replay = get_replay(&alice, &namespace, "second").await;
+                match condition(&replay, "Waiting") {
+                    Some(c) if c.status == "True" => Ok(replay),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+        assert_eq!(phase(&waiting), Some(ReplayPhase::Approved));
+        let message = condition(&waiting, "Waiting")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert_mentions(
+            &message,
+            &[&format!("{namespace}/first"), SOURCE],
+            "waiting",
+        );
+        assert!(jobs_of(&admin, &namespace, "second").await.is_empty());
+
+        // The first one ends: the second starts.
+        succeed_job(&namespace, env, &canary).await;
+        let main = wait_stage_job(&admin, &namespace, "first", "main").await;
+        succeed_job(&namespace, env, &main).await;
+        wait_phase(&alice, &namespace, "first", ReplayPhase::Succeeded).await;
+        wait_stage_job(&admin, &namespace, "second", "canary").await;
+        let second = wait_phase(&alice, &namespace, "second", ReplayPhase::Canary).await;
+        assert_eq!(
+            condition(&second, "Waiting").map(|c| c.status.as_str()),
+            Some("False")
+        );
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-restart");
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let list = ids("evt", 9);
+    let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+    let mut operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let canary = env.block_on(async {
+        create_as(
+            &alice,
+            &namespace,
+            replay_body("orders", "alice", &refs, None),
+        )
+        .await
+        .expect("alice creates");
+        approve_as(&bob, &namespace, "orders", "bob")
+            .await
+            .expect("bob approves");
+        wait_stage_job(&admin, &namespace, "orders", "canary").await
+    });
+    // Stopped like a crash, between the stages.
+    operator.stop();
+    env.block_on(succeed_job(&namespace, env, &canary));
+    let mut operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let main = env.block_on(async {
+        let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
+        wait_phase(&alice, &namespace, "orders", ReplayPhase::Running).await;
+        main
+    });
+    operator.stop();
+    // A third start with nothing new: it finds both Jobs and creates neither again.
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    env.block_on(async {
+        succeed_job(&namespace, env, &main).await;
+        wait_phase(&alice, &namespace, "orders", ReplayPhase::Succeeded).await;
+        let jobs = jobs_of(&admin, &namespace, "orders").await;
+        assert_eq!(jobs.len(), 2, "{:?}", jobs.keys());
+        assert_eq!(jobs["canary"].len(), 1);
+        assert_eq!(jobs["main"].len(), 1);
+        assert_eq!(
+            jobs["canary"][0].uid(),
+            canary.uid(),
+            "the canary Job was never replaced"
+        );
+        assert_eq!(
+            jobs["main"][0].uid(),
+            main.uid(),
+            "the main Job was never replaced"
+        );
+        assert_eq!(all_jobs(&admin, &namespace).await.len(), 2);
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-cover");
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let list = ids("evt", 23);
+    let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+    env.block_on(async {
+        let mut body = replay_body("orders", "alice", &refs, None);
+        body["spec"]["batches"] = json!({"size": 4, "canary": 3, "ratePerSecond": 50});
+        create_as(&alice, &namespace, body)
+            .await
+            .expect("alice creates");
+        approve_as(&bob, &namespace, "orders", "bob")
+            .await
+            .expect("bob approves");
+        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        succeed_job(&namespace, env, &canary).await;
+        let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
+
+        let replay = get_replay(&alice, &namespace, "orders").await;
+        let config_map = replay
+            .status
+            .and_then(|s| s.scope)
+            .expect("scope")
+            .config_map;
+        let frozen = Api::<ConfigMap>::namespaced(admin.clone(), &namespace)
+            .get(&config_map)
+            .await
+            .expect("frozen ids")
+            .data
+            .and_then(|d| d.get(EVENT_IDS_KEY).cloned())
+            .expect("ids");
+        let lines: Vec<&str> = frozen.lines().collect();
+        assert_eq!(lines, refs, "the frozen file is the list, in order");
+
+        // Replay what the worker would: for every index of every Job, its slice of the file.
+        let mut replayed: Vec<&str> = Vec::new();
+        let mut batches = Vec::new();
+        for job in [&canary, &main] {
+            let vars = env_of(job);
+            let (first, count, size, first_batch) = (
+                number(&vars, "REPLAY_FIRST_EVENT"),
+                number(&vars, "REPLAY_EVENT_COUNT"),
+                number(&vars, "REPLAY_BATCH_SIZE"),
+                number(&vars, "REPLAY_FIRST_BATCH"),
+            );
+            let completions = job
+                .spec
+                .as_ref()
+                .and_then(|s| s.completions)
+                .expect("completions") as usize;
+            for index in 0..completions {
+                let start = first + index * size;
+                let end = (start + size).min(first + count);
+                assert!(start < end, "index {index} of {} is empty", job.name_any());
+                replayed.extend(&lines[start..end]);
+                batches.push(first_batch + index);
+            }
+        }
+        assert_eq!(replayed, refs, "every id exactly once, in order");
+        assert_eq!(
+            batches,
+            (0..batches.len()).collect::<Vec<_>>(),
+            "batches numbered 0..n"
+        );
+        assert_eq!(
+            batches.len(),
+            1 + 5,
+            "a canary of 3 and 20 ids in batches of 4"
+        );
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_namespace("replay-bad-template");
+    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    env.block_on(async {
+        let mut body = replay_body("orders", "alice", &["a", "b", "c"], None);
+        // The CRD keeps the pod template opaque; the Job's validation finds the missing image.
+        body["spec"]["template"] = json!({"spec": {"containers": [{"name": "replay"}]}});
+        create_as(&alice, &namespace, body).await.expect("alice creates");
+        approve_as(&bob, &namespace, "orders", "bob").await.expect("bob approves");
+        let failed = wait_phase(&alice, &namespace, "orders", ReplayPhase::Failed).await;
+        let accepted = condition(&failed, "JobAccepted").expect("JobAccepted condition");
+        assert_eq!(accepted.status, "False");
+        assert_mentions(&accepted.message, &["spec.template", "image"], "refused template");
+        let status = failed.status.clone().expect("status");
+        assert!(status.stages.iter().all(|s| s.started_at.is_none()), "nothing started");
+        assert!(all_jobs(&admin, &namespace).await.is_empty(), "no Job");
+
+        // Not started, so the approval can still be withdrawn and the template fixed.
+        patch_as(&bob, &namespace, "orders", json!({"spec": {"approval": null}}))
+            .await
+            .expect("bob withdraws");
+        patch_as(&alice, &namespace, "orders", json!({"spec": {"template": {"spec": {"containers": [{"name": "replay", "image": "registry.example.com/replay:1"}]}}}}))
+            .await
+            .expect("alice fixes the template");
+        approve_as(&bob, &namespace, "orders", "bob").await.expect("bob approves again");
+        wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        let running = wait_phase(&alice, &namespace, "orders", ReplayPhase::Canary).await;
+        wait_until(STEP, "the Job counts as accepted", || async {
+            let replay = get_replay(&alice, &namespace, "orders").await;
+            condition(&replay, "JobAccepted").map(|c| c.status.clone()) == Some("True".to_owned())
+        })
+        .await;
+        assert!(running.status.is_some());
+    });
+    assert_no_reconcile_errors(&operator);
+}
