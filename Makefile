@@ -11,7 +11,8 @@ LOCAL_CLUSTER := $(CARGO) run -q -p local-cluster --
 
 # Idempotent: installs Prometheus from Debian if missing (refreshing the package
 # lists only if the first attempt fails) and builds or finds the cached
-# control-plane binaries.
+# control-plane binaries and helm (tests/cluster/build-control-plane.sh calls
+# build-helm.sh; each is keyed by its version in tests/cluster/versions.env).
 tools:
 	@if [ ! -x /usr/bin/prometheus ]; then \
 	  echo "installing prometheus (Debian package)"; \
@@ -55,7 +56,7 @@ lint: rust-components
 # Everything CI runs. Integration tests start their own control plane (and
 # Prometheus) per test binary and stop it when they end.
 test:
-	@echo "== test: tools (Prometheus, control-plane binaries, rustfmt, clippy)"
+	@echo "== test: tools (Prometheus, control-plane binaries, helm, rustfmt, clippy)"
 	@$(MAKE) --no-print-directory tools rust-components
 	@echo "== test: formatting (cargo fmt --check)"
 	$(CARGO) fmt --all -- --check
@@ -64,7 +65,7 @@ test:
 	@echo "== test: unit, property and real-server integration tests"
 	$(CARGO) test --workspace --no-fail-fast
 
-# A throwaway cluster with the CRDs and examples applied, `kubectl get
-# backlog -A` and one refused invalid object; stopped again on any exit.
+# The main job on a throwaway cluster: the operator scaling a simulated consumer
+# through a burst, with a live timeline; stopped again on any exit.
 demo: tools
 	@bash tests/cluster/demo.sh

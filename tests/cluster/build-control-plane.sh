@@ -2,6 +2,8 @@
 # Builds kube-apiserver, kubectl and etcd from the published Go modules at the
 # pinned versions and caches them outside the clone, keyed by version, so only
 # the first run on a machine pays for the build. Prints the binary directory.
+# Also builds helm (build-helm.sh, cached the same way under its own version)
+# for the chart tests.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -50,5 +52,6 @@ build() {
 have etcd "$ETCD_VERSION" || build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
 have kube-apiserver "$KUBERNETES_VERSION" || build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
 have kubectl "$KUBERNETES_VERSION" || build kube kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldflags"
+bash "$here/build-helm.sh" >/dev/null
 
 echo "$bin_dir"

@@ -81,6 +81,37 @@ pub fn etcd_version() -> &'static str {
     pinned_version("ETCD_VERSION")
 }
 
+/// The helm version `build-helm.sh` builds, e.g. `3.22.0`.
+pub fn helm_version() -> &'static str {
+    pinned_version("HELM_VERSION")
+}
+
+/// The helm CLI for the chart tests: `$HELM_BIN` if set, else whatever
+/// `build-helm.sh` prints (it builds on first use, then answers from its
+/// cache). Blocking.
+pub fn helm() -> Result<PathBuf, Error> {
+    if let Some(path) = env::var_os("HELM_BIN").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(Error::Binaries(format!(
+                "HELM_BIN={} is not a file",
+                path.display()
+            )))
+        };
+    }
+    let path = run_build_script("build-helm.sh")?;
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Binaries(format!(
+            "build-helm.sh printed {}, which is not a file",
+            path.display()
+        )))
+    }
+}
+
 fn pinned_version(key: &str) -> &'static str {
     include_str!("../versions.env")
         .lines()
@@ -673,7 +704,12 @@ fn locate_binaries(options: &Options) -> Result<Binaries, Error> {
 /// Runs `build-control-plane.sh` (instant when its cache is warm; a long
 /// build on a fresh machine) and returns the directory it prints.
 fn build_control_plane() -> Result<PathBuf, Error> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("build-control-plane.sh");
+    run_build_script("build-control-plane.sh")
+}
+
+/// Runs one of this crate's build scripts and returns the path it prints last.
+fn run_build_script(name: &str) -> Result<PathBuf, Error> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
     let output = Command::new("bash")
         .arg(&script)
         .stdin(Stdio::null())
@@ -693,7 +729,7 @@ fn build_control_plane() -> Result<PathBuf, Error> {
         .map(str::trim)
         .rfind(|line| !line.is_empty())
         .map(PathBuf::from)
-        .ok_or_else(|| Error::Binaries(format!("{} printed no directory", script.display())))
+        .ok_or_else(|| Error::Binaries(format!("{} printed no path", script.display())))
 }
 
 fn default_repo_root() -> PathBuf {
@@ -1055,6 +1091,7 @@ mod tests {
             kubernetes_version()
         );
         assert!(etcd_version().starts_with("3."), "{}", etcd_version());
+        assert!(helm_version().starts_with("3."), "{}", helm_version());
     }
 
     #[test]

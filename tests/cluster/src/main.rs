@@ -206,5 +206,9 @@ fn describe(info: &ClusterInfo) {
     if let Some(kubectl) = &info.kubectl {
         say!("  kubectl         {}", kubectl.display());
     }
+    // `make cluster-up` builds helm first (`make tools`); then this is instant.
+    if let Ok(helm) = local_cluster::helm() {
+        say!("  helm            {}", helm.display());
+    }
     say!("  export KUBECONFIG={}", info.kubeconfig.display());
 }
