@@ -65,14 +65,8 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
                 "InvalidSpec",
                 problem.to_string(),
             );
-            write(
-                budget,
-                &budgets,
-                &previous,
-                status::invalid(&previous, condition, generation, now),
-                ctx,
-            )
-            .await?;
+            let next = status::invalid(&previous, condition, generation, now);
+            write(budget, &budgets, &previous, next, ctx).await?;
             return Ok(Action::requeue(INVALID_RETRY));
         }
     };
@@ -95,14 +89,8 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
                 "TargetUnavailable",
                 problem.to_string(),
             );
-            write(
-                budget,
-                &budgets,
-                &previous,
-                status::invalid(&previous, condition, generation, now),
-                ctx,
-            )
-            .await?;
+            let next = status::invalid(&previous, condition, generation, now);
+            write(budget, &budgets, &previous, next, ctx).await?;
             return Ok(Action::requeue(poll.max(INVALID_RETRY)));
         }
     };
