@@ -360,6 +360,17 @@ async fn wait_stage_job(client: &Client, namespace: &str, replay: &str, stage: &
     .await
 }
 
+/// alice asks for `body`, bob approves it, and the canary Job appears: the start of most tests.
+async fn approved_until_canary(env: &TestEnv, namespace: &str, name: &str, body: Value) -> Job {
+    create_as(&env.client("alice"), namespace, body)
+        .await
+        .expect("alice creates");
+    approve_as(&env.client("bob"), namespace, name, "bob")
+        .await
+        .expect("bob approves");
+    wait_stage_job(&env.admin(), namespace, name, "canary").await
+}
+
 fn env_of(job: &Job) -> BTreeMap<String, String> {
     let pod = job
         .spec
@@ -864,21 +875,17 @@ fn a_failed_canary_halts_without_a_main_job(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_namespace("replay-canary-fails");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
-    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 6);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
     env.block_on(async {
-        create_as(
-            &alice,
+        let canary = approved_until_canary(
+            env,
             &namespace,
+            "orders",
             replay_body("orders", "alice", &refs, None),
         )
-        .await
-        .expect("alice creates");
-        approve_as(&bob, &namespace, "orders", "bob")
-            .await
-            .expect("bob approves");
-        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        .await;
         fail_job(&namespace, env, &canary, 0).await;
         let halted = wait_phase(&alice, &namespace, "orders", ReplayPhase::Halted).await;
         let condition = condition(&halted, "Halted").expect("Halted condition");
@@ -941,21 +948,17 @@ fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
     let namespace = env.fresh_namespace("replay-verify-fails");
     let duplicates = Duplicates::start(env, &namespace, 3.0);
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
-    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 6);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
     env.block_on(async {
-        create_as(
-            &alice,
+        let canary = approved_until_canary(
+            env,
             &namespace,
+            "orders",
             replay_body("orders", "alice", &refs, Some(&duplicates.check())),
         )
-        .await
-        .expect("alice creates");
-        approve_as(&bob, &namespace, "orders", "bob")
-            .await
-            .expect("bob approves");
-        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        .await;
         succeed_job(&namespace, env, &canary).await;
         let halted = wait_phase(&alice, &namespace, "orders", ReplayPhase::Halted).await;
         let halt = condition(&halted, "Halted").expect("Halted condition");
@@ -985,19 +988,15 @@ fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_namespace("replay-suspend");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
-    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let (alice, admin) = (env.client("alice"), env.admin());
     env.block_on(async {
-        create_as(
-            &alice,
+        let canary = approved_until_canary(
+            env,
             &namespace,
+            "orders",
             replay_body("orders", "alice", &["a", "b", "c"], None),
         )
-        .await
-        .expect("alice creates");
-        approve_as(&bob, &namespace, "orders", "bob")
-            .await
-            .expect("bob approves");
-        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        .await;
         let jobs = Api::<Job>::namespaced(admin.clone(), &namespace);
         let suspended_is = |want: bool| {
             let jobs = jobs.clone();
@@ -1121,17 +1120,13 @@ fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     env.block_on(async {
-        create_as(
-            &alice,
+        let canary = approved_until_canary(
+            env,
             &namespace,
+            "first",
             replay_body("first", "alice", &["a", "b", "c"], None),
         )
-        .await
-        .expect("first");
-        approve_as(&bob, &namespace, "first", "bob")
-            .await
-            .expect("approve first");
-        let canary = wait_stage_job(&admin, &namespace, "first", "canary").await;
+        .await;
 
         create_as(
             &alice,
@@ -1184,22 +1179,18 @@ fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
 fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_namespace("replay-restart");
-    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 9);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
     let mut operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let canary = env.block_on(async {
-        create_as(
-            &alice,
+        approved_until_canary(
+            env,
             &namespace,
+            "orders",
             replay_body("orders", "alice", &refs, None),
         )
         .await
-        .expect("alice creates");
-        approve_as(&bob, &namespace, "orders", "bob")
-            .await
-            .expect("bob approves");
-        wait_stage_job(&admin, &namespace, "orders", "canary").await
     });
     // Stopped like a crash, between the stages.
     operator.stop();
@@ -1239,19 +1230,13 @@ fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_namespace("replay-cover");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
-    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 23);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
     env.block_on(async {
         let mut body = replay_body("orders", "alice", &refs, None);
         body["spec"]["batches"] = json!({"size": 4, "canary": 3, "ratePerSecond": 50});
-        create_as(&alice, &namespace, body)
-            .await
-            .expect("alice creates");
-        approve_as(&bob, &namespace, "orders", "bob")
-            .await
-            .expect("bob approves");
-        let canary = wait_stage_job(&admin, &namespace, "orders", "canary").await;
+        let canary = approved_until_canary(env, &namespace, "orders", body).await;
         succeed_job(&namespace, env, &canary).await;
         let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
 
