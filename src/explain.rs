@@ -177,10 +177,11 @@ pub fn explain_text(
         })
         .transpose()?;
     let (name, spec) = find_policy(path, text)?;
-    let policy = EffectivePolicy::from_spec(&spec).map_err(|source| ExplainError::Invalid {
-        path: path.to_owned(),
-        source,
-    })?;
+    let policy =
+        EffectivePolicy::from_spec(&(&spec).into()).map_err(|source| ExplainError::Invalid {
+            path: path.to_owned(),
+            source,
+        })?;
     Ok(explain(name, &policy, deadline))
 }
 

@@ -9,6 +9,7 @@ pub mod core;
 pub mod explain;
 pub mod http;
 pub mod metrics_source;
+pub mod served_workload;
 pub mod sim;
 pub mod telemetry;
 pub mod watch;

@@ -179,7 +179,7 @@ fn emit_served_budget(
     speed: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let model = Scenario::load(path)?.model()?;
-    let budget = backlog_operator::sim::server::budget_for(&model, target, speed);
+    let budget = backlog_operator::served_workload::budget_for(&model, target, speed);
     print!("{}", serde_yaml::to_string(&budget)?);
     Ok(())
 }

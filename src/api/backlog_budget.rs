@@ -8,6 +8,9 @@ use super::validation::{
     duration_at_least, duration_at_least_literal, non_negative_duration, positive_duration,
 };
 
+pub use crate::core::event_class::{ClassMode, ClassState};
+pub use crate::core::phase::BudgetPhase;
+
 /// A consumer workload, the deadline its events must meet, and how the operator may scale it.
 // kube-derive repeats `printcolumn(type_ = ...)` attributes by design.
 #[allow(clippy::duplicated_attributes)]
@@ -374,17 +377,6 @@ fn default_min_rate() -> f64 {
     1.0
 }
 
-/// Who decides a class's state.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
-)]
-pub enum ClassMode {
-    #[default]
-    Auto,
-    Paused,
-    Active,
-}
-
 /// Class breaker parameters.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -443,33 +435,6 @@ fn default_max_open_duration() -> String {
 }
 fn default_probe_ratio() -> f64 {
     0.1
-}
-
-/// The budget's health.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BudgetPhase {
-    /// Oldest age below the warning fraction of the deadline and the backlog drains in time.
-    Healthy,
-    /// Oldest age past the warning fraction, or the drain is predicted to miss the deadline.
-    AtRisk,
-    /// Oldest age past the critical fraction of the deadline.
-    Breaching,
-    /// Even the capped replica count cannot complete events faster than they arrive.
-    Undrainable,
-    /// A required query returned nothing usable: the operator holds the last decision.
-    MetricsUnavailable,
-    /// Another autoscaler owns the target: the operator does not write to it.
-    Conflict,
-    /// Something the API server could not check is wrong (e.g. the target does not exist).
-    Invalid,
-}
-
-/// Per-class breaker state.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ClassState {
-    Active,
-    Paused,
-    Probing,
 }
 
 /// What the operator saw and decided.

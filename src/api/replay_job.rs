@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::validation::non_negative_duration;
 
+pub use crate::core::phase::ReplayPhase;
+
 /// RFC 3339 timestamps as CEL's `timestamp()` accepts them, with months, days, hours,
 /// minutes and seconds in range so `timestamp()` is not asked to convert a 13th month.
 const RFC3339_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
@@ -250,22 +252,6 @@ pub struct VerificationCheck {
     /// (write comparisons with `bool`, e.g. `sum(dup_total) == bool 0`).
     #[schemars(length(min = 1, max = 4096))]
     pub query: String,
-}
-
-/// Where a replay is in its life.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReplayPhase {
-    /// The scope could not be frozen yet (e.g. the `eventIdsFrom` ConfigMap does not exist).
-    Pending,
-    AwaitingApproval,
-    Approved,
-    Canary,
-    Verifying,
-    Running,
-    Suspended,
-    Succeeded,
-    Failed,
-    Halted,
 }
 
 /// Audit trail and progress.

@@ -6,8 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::validation::{duration_at_least, positive_duration};
 
-/// Upper bound on `maxAttempts`: beyond this a "retry" is an outage amplifier, not a policy.
-pub const MAX_ATTEMPTS_LIMIT: i32 = 20;
+pub use crate::core::retry_policy::{FailureClass, Jitter, MAX_ATTEMPTS_LIMIT};
 
 /// How a consumer retries failed events: a finite, classified, jittered and budgeted schedule.
 // kube-derive repeats `printcolumn(type_ = ...)` attributes by design.
@@ -95,59 +94,6 @@ pub struct Backoff {
     /// How the delay is drawn below the upper bound.
     #[serde(default)]
     pub jitter: Jitter,
-}
-
-/// Jitter strategy.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
-)]
-pub enum Jitter {
-    /// Uniform in [0, upper(n)]: spreads retries best and is the default.
-    #[default]
-    Full,
-    /// Uniform in [upper(n)/2, upper(n)].
-    Equal,
-    /// Exactly upper(n); only for tests and single consumers.
-    None,
-}
-
-/// Failure classes, with the seed semantics the consumer library implements.
-#[derive(
-    schemars::JsonSchema,
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-)]
-pub enum FailureClass {
-    /// Retried within maxAttempts and the retry budget.
-    Transient,
-    /// Will not heal by retrying: quarantined and alerted.
-    Persistent,
-    /// A legitimate business rejection: terminal, never retried.
-    Business,
-    /// Outcome unknown (e.g. a timeout after the side effect may have happened): reconciled by
-    /// event id before any re-execution.
-    #[default]
-    Unknown,
-}
-
-impl FailureClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureClass::Transient => "Transient",
-            FailureClass::Persistent => "Persistent",
-            FailureClass::Business => "Business",
-            FailureClass::Unknown => "Unknown",
-        }
-    }
 }
 
 /// One classification rule.

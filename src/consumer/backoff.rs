@@ -11,7 +11,7 @@ use rand::{Rng, RngExt};
 use thiserror::Error;
 
 use super::go_duration::{MAX_GO_DURATION, format_go_duration};
-use crate::api::retry_policy::Jitter;
+use crate::core::retry_policy::Jitter;
 
 /// A validated backoff: `0 < base ≤ cap ≤` [`MAX_GO_DURATION`], plus the jitter strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,7 +49,7 @@ impl BackoffSchedule {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use backlog_operator::api::retry_policy::Jitter;
+    /// use backlog_operator::core::retry_policy::Jitter;
     /// use backlog_operator::consumer::BackoffSchedule;
     ///
     /// let backoff = BackoffSchedule::new(Duration::from_millis(100), Duration::from_secs(10), Jitter::Full)?;

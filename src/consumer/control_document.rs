@@ -46,7 +46,7 @@ use thiserror::Error;
 
 use super::policy::{CanonicalPolicy, EffectivePolicy, PolicyError};
 use super::probe::is_probe;
-use crate::api::backlog_budget::ClassState;
+use crate::core::event_class::ClassState;
 
 /// The `apiVersion` of the documents this library reads and writes.
 pub const CONTROL_API_VERSION: &str = "backlog.dev/control/v1";
@@ -411,7 +411,9 @@ pub fn control_document_schema() -> schemars::Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::retry_policy::{Backoff, FailureClass, Jitter, RetryBudget, RetryPolicySpec};
+    use crate::core::retry_policy::{
+        BackoffDefinition, FailureClass, Jitter, RetryBudgetDefinition, RetryPolicyDefinition,
+    };
     use proptest::prelude::*;
     use serde_json::{Value, json};
     use std::path::PathBuf;
@@ -419,19 +421,19 @@ mod tests {
     const SCHEMA_FILE: &str = "src/consumer/control-document.schema.json";
 
     fn policy() -> EffectivePolicy {
-        EffectivePolicy::from_spec(&RetryPolicySpec {
+        EffectivePolicy::from_spec(&RetryPolicyDefinition {
             max_attempts: 5,
-            backoff: Backoff {
+            backoff: BackoffDefinition {
                 base: "100ms".to_owned(),
                 cap: "10s".to_owned(),
                 jitter: Jitter::Full,
             },
-            classification: vec![crate::api::retry_policy::ClassificationRule {
+            classification: vec![crate::core::retry_policy::ClassificationRule {
                 error_codes: vec!["HTTP_503".to_owned()],
                 class: FailureClass::Transient,
             }],
             default_class: FailureClass::Unknown,
-            retry_budget: RetryBudget::default(),
+            retry_budget: RetryBudgetDefinition::default(),
         })
         .expect("valid policy")
     }

@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use backlog_operator::api::retry_policy::FailureClass;
+//! use backlog_operator::core::retry_policy::FailureClass;
 //! use backlog_operator::consumer::{ControlDocument, RetryBudgetTracker, RetryDecision};
 //! use rand::{SeedableRng, rngs::StdRng};
 //!

@@ -26,8 +26,8 @@ use super::classification::classify;
 use super::go_duration::{GoDurationError, format_go_duration, parse_go_duration};
 use super::retry_planner::RetryPlanner;
 use super::schedule::RetrySchedule;
-use crate::api::retry_policy::{
-    ClassificationRule, FailureClass, Jitter, MAX_ATTEMPTS_LIMIT, RetryPolicySpec,
+use crate::core::retry_policy::{
+    ClassificationRule, FailureClass, Jitter, MAX_ATTEMPTS_LIMIT, RetryPolicyDefinition,
 };
 
 /// A spec that cannot become an effective policy. Each message names the field and the fix.
@@ -104,10 +104,10 @@ pub enum PolicyError {
 /// A validated, normalized retry policy.
 ///
 /// ```
-/// use backlog_operator::api::retry_policy::RetryPolicySpec;
+/// use backlog_operator::core::retry_policy::RetryPolicyDefinition;
 /// use backlog_operator::consumer::EffectivePolicy;
 ///
-/// let spec: RetryPolicySpec = serde_json::from_str(r#"{
+/// let spec: RetryPolicyDefinition = serde_json::from_str(r#"{
 ///     "maxAttempts": 5,
 ///     "backoff": {"base": "100ms", "cap": "10s"},
 ///     "classification": [{"errorCodes": ["HTTP_503", " HTTP_429 "], "class": "Transient"}]
@@ -188,7 +188,7 @@ struct UncheckedPolicy<'a> {
 
 impl EffectivePolicy {
     /// Validates and normalizes a RetryPolicy spec. Errors name the field as `spec.…`.
-    pub fn from_spec(spec: &RetryPolicySpec) -> Result<Self, PolicyError> {
+    pub fn from_spec(spec: &RetryPolicyDefinition) -> Result<Self, PolicyError> {
         Self::build(UncheckedPolicy {
             field_prefix: "spec",
             max_attempts: i64::from(spec.max_attempts),
@@ -404,20 +404,20 @@ fn hash_canonical(policy: &CanonicalPolicy) -> Result<String, PolicyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::retry_policy::{Backoff, RetryBudget};
+    use crate::core::retry_policy::{BackoffDefinition, RetryBudgetDefinition};
     use proptest::prelude::*;
 
-    fn spec(max_attempts: i32, base: &str, cap: &str) -> RetryPolicySpec {
-        RetryPolicySpec {
+    fn spec(max_attempts: i32, base: &str, cap: &str) -> RetryPolicyDefinition {
+        RetryPolicyDefinition {
             max_attempts,
-            backoff: Backoff {
+            backoff: BackoffDefinition {
                 base: base.to_owned(),
                 cap: cap.to_owned(),
                 jitter: Jitter::Full,
             },
             classification: Vec::new(),
             default_class: FailureClass::Unknown,
-            retry_budget: RetryBudget::default(),
+            retry_budget: RetryBudgetDefinition::default(),
         }
     }
 
@@ -428,7 +428,7 @@ mod tests {
         }
     }
 
-    fn error_of(spec: &RetryPolicySpec) -> String {
+    fn error_of(spec: &RetryPolicyDefinition) -> String {
         match EffectivePolicy::from_spec(spec) {
             Ok(_) => panic!("expected {spec:?} to be refused"),
             Err(error) => error.to_string(),
@@ -588,7 +588,7 @@ mod tests {
     }
 
     /// A valid spec with base and cap in whole milliseconds.
-    fn any_spec() -> impl Strategy<Value = RetryPolicySpec> {
+    fn any_spec() -> impl Strategy<Value = RetryPolicyDefinition> {
         (
             1i32..=20,
             1u64..=5_000,
@@ -600,9 +600,9 @@ mod tests {
         )
             .prop_map(
                 |(max_attempts, base_ms, extra_ms, jitter, rules, default_class, percent)| {
-                    RetryPolicySpec {
+                    RetryPolicyDefinition {
                         max_attempts,
-                        backoff: Backoff {
+                        backoff: BackoffDefinition {
                             base: format!("{base_ms}ms"),
                             cap: format!("{}ms", base_ms + extra_ms),
                             jitter,
@@ -612,7 +612,7 @@ mod tests {
                             .map(|(error_codes, class)| ClassificationRule { error_codes, class })
                             .collect(),
                         default_class,
-                        retry_budget: RetryBudget {
+                        retry_budget: RetryBudgetDefinition {
                             max_retry_ratio: f64::from(percent) / 100.0,
                         },
                     }
@@ -620,7 +620,7 @@ mod tests {
             )
     }
 
-    fn hash(spec: &RetryPolicySpec) -> String {
+    fn hash(spec: &RetryPolicyDefinition) -> String {
         EffectivePolicy::from_spec(spec)
             .expect("generated specs are valid")
             .policy_hash()

@@ -21,7 +21,7 @@ use rand::Rng;
 
 use super::backoff::BackoffSchedule;
 use super::retry_budget::RetryBudgetTracker;
-use crate::api::retry_policy::FailureClass;
+use crate::core::retry_policy::FailureClass;
 
 /// The next step for an event whose execution just failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -124,7 +124,7 @@ impl RetryPlanner {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use backlog_operator::api::retry_policy::{FailureClass, Jitter};
+    /// use backlog_operator::core::retry_policy::{FailureClass, Jitter};
     /// use backlog_operator::consumer::{
     ///     BackoffSchedule, QuarantineReason, RetryBudgetTracker, RetryDecision, RetryPlanner,
     /// };
@@ -186,8 +186,8 @@ impl RetryPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::retry_policy::Jitter;
     use crate::consumer::backoff::tests::any_backoff;
+    use crate::core::retry_policy::Jitter;
     use proptest::prelude::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;

@@ -27,10 +27,10 @@ pub struct ScheduledRetry {
 ///
 /// ```
 /// use std::time::Duration;
-/// use backlog_operator::api::retry_policy::RetryPolicySpec;
+/// use backlog_operator::core::retry_policy::RetryPolicyDefinition;
 /// use backlog_operator::consumer::{EffectivePolicy, format_go_duration};
 ///
-/// let spec: RetryPolicySpec = serde_json::from_str(
+/// let spec: RetryPolicyDefinition = serde_json::from_str(
 ///     r#"{"maxAttempts": 5, "backoff": {"base": "100ms", "cap": "10s"}}"#,
 /// )?;
 /// let schedule = EffectivePolicy::from_spec(&spec)?.schedule();
@@ -126,20 +126,22 @@ impl fmt::Display for RetrySchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::retry_policy::{Backoff, FailureClass, Jitter, RetryBudget, RetryPolicySpec};
+    use crate::core::retry_policy::{
+        BackoffDefinition, FailureClass, Jitter, RetryBudgetDefinition, RetryPolicyDefinition,
+    };
     use proptest::prelude::*;
 
     fn policy(max_attempts: i32, base: &str, cap: &str, ratio: f64) -> EffectivePolicy {
-        EffectivePolicy::from_spec(&RetryPolicySpec {
+        EffectivePolicy::from_spec(&RetryPolicyDefinition {
             max_attempts,
-            backoff: Backoff {
+            backoff: BackoffDefinition {
                 base: base.to_owned(),
                 cap: cap.to_owned(),
                 jitter: Jitter::Full,
             },
             classification: Vec::new(),
             default_class: FailureClass::Unknown,
-            retry_budget: RetryBudget {
+            retry_budget: RetryBudgetDefinition {
                 max_retry_ratio: ratio,
             },
         })

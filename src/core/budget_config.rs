@@ -2,11 +2,118 @@
 //!
 //! The API server already refuses most bad specs; this is the defense in depth for objects
 //! stored before a rule existed, and it gives every problem a message naming the field.
+//!
+//! [`BudgetDefinition`] is the spec as written, without the API server's schema rules: the
+//! BacklogBudget API type and the simulator's scenarios both convert into it.
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::duration::{DurationError, non_negative_seconds, positive_seconds};
-use crate::api::backlog_budget::BacklogBudgetSpec;
+
+/// The fields of a BacklogBudget spec the scaling decision reads, as written (durations in
+/// Go syntax); the queries themselves stay with the API type, only which ones exist matters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetDefinition {
+    pub min_replicas: i32,
+    pub max_replicas: i32,
+    pub completion_deadline: String,
+    pub poll_interval: String,
+    /// `spec.partitionCount`.
+    pub partition_count: Option<i32>,
+    /// Whether `metrics.partitions` is set.
+    pub partitions_queried: bool,
+    /// Whether `metrics.oldestUnfinishedAge` is set.
+    pub oldest_age_queried: bool,
+    /// Whether `metrics.produceRate` is set.
+    pub produce_rate_queried: bool,
+    /// Whether `metrics.completionRate` is set.
+    pub completion_rate_queried: bool,
+    pub capacity: Option<CapacityDefinition>,
+    pub scaling: ScalingDefinition,
+    pub alerts: AlertsDefinition,
+}
+
+/// Consumer capacity, with the JSON shape of `spec.capacity`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityDefinition {
+    /// Events per second one replica completes; `None` = measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_replica_rate: Option<f64>,
+    /// Share of capacity kept for retries; default 0.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_retry_share: Option<f64>,
+}
+
+/// How scaling is paced, with the JSON shape and defaults of `spec.scaling`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingDefinition {
+    #[serde(default = "default_target_drain_time")]
+    pub target_drain_time: String,
+    #[serde(default = "zero_duration")]
+    pub scale_up_stabilization: String,
+    #[serde(default = "default_scale_down_stabilization")]
+    pub scale_down_stabilization: String,
+    /// 0 = unlimited.
+    #[serde(default)]
+    pub max_step: i32,
+    #[serde(default = "zero_duration")]
+    pub rebalance_cost: String,
+}
+
+impl Default for ScalingDefinition {
+    fn default() -> Self {
+        Self {
+            target_drain_time: default_target_drain_time(),
+            scale_up_stabilization: zero_duration(),
+            scale_down_stabilization: default_scale_down_stabilization(),
+            max_step: 0,
+            rebalance_cost: zero_duration(),
+        }
+    }
+}
+
+/// Alert thresholds as fractions of the deadline, with the JSON shape and defaults of
+/// `spec.alerts` (who to tell is not the decision's business).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertsDefinition {
+    #[serde(default = "default_warning_at")]
+    pub warning_at: f64,
+    #[serde(default = "default_critical_at")]
+    pub critical_at: f64,
+}
+
+impl Default for AlertsDefinition {
+    fn default() -> Self {
+        Self {
+            warning_at: default_warning_at(),
+            critical_at: default_critical_at(),
+        }
+    }
+}
+
+/// The default `spec.pollInterval`.
+pub fn default_poll_interval() -> String {
+    "15s".to_owned()
+}
+fn default_target_drain_time() -> String {
+    "5m".to_owned()
+}
+fn default_scale_down_stabilization() -> String {
+    "3m".to_owned()
+}
+fn zero_duration() -> String {
+    "0s".to_owned()
+}
+fn default_warning_at() -> f64 {
+    0.5
+}
+fn default_critical_at() -> f64 {
+    0.8
+}
 
 /// Where the partition count comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,24 +192,24 @@ fn in_range(field: &'static str, value: f64, min: f64, max: f64) -> Result<f64, 
 }
 
 impl BudgetConfig {
-    pub fn from_spec(spec: &BacklogBudgetSpec) -> Result<Self, BudgetSpecError> {
+    pub fn from_spec(spec: &BudgetDefinition) -> Result<Self, BudgetSpecError> {
         if spec.min_replicas < 1 || spec.min_replicas > spec.max_replicas {
             return Err(BudgetSpecError::ReplicaRange {
                 min: spec.min_replicas,
                 max: spec.max_replicas,
             });
         }
-        let partitions = match (spec.partition_count, &spec.metrics.partitions) {
-            (Some(count), None) if count >= 1 => PartitionSource::Fixed(count as u32),
-            (Some(count), None) => return Err(BudgetSpecError::PartitionCount(count)),
-            (None, Some(_)) => PartitionSource::Query,
+        let partitions = match (spec.partition_count, spec.partitions_queried) {
+            (Some(count), false) if count >= 1 => PartitionSource::Fixed(count as u32),
+            (Some(count), false) => return Err(BudgetSpecError::PartitionCount(count)),
+            (None, true) => PartitionSource::Query,
             _ => return Err(BudgetSpecError::PartitionSource),
         };
         let capacity = spec.capacity.clone().unwrap_or_default();
         let per_replica_rate = match capacity.per_replica_rate {
             Some(rate) if rate.is_finite() && rate > 0.0 => Some(rate),
             Some(rate) => return Err(BudgetSpecError::PerReplicaRate(rate)),
-            None if spec.metrics.completion_rate.is_none() => {
+            None if !spec.completion_rate_queried => {
                 return Err(BudgetSpecError::NoCapacitySource);
             }
             None => None,
@@ -152,9 +259,9 @@ impl BudgetConfig {
             warning_at,
             critical_at,
             partitions,
-            oldest_age_configured: spec.metrics.oldest_unfinished_age.is_some(),
-            produce_rate_configured: spec.metrics.produce_rate.is_some(),
-            completion_rate_configured: spec.metrics.completion_rate.is_some(),
+            oldest_age_configured: spec.oldest_age_queried,
+            produce_rate_configured: spec.produce_rate_queried,
+            completion_rate_configured: spec.completion_rate_queried,
         })
     }
 }
@@ -181,67 +288,5 @@ pub(crate) fn example() -> BudgetConfig {
         oldest_age_configured: true,
         produce_rate_configured: true,
         completion_rate_configured: false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(yaml: &str) -> BacklogBudgetSpec {
-        serde_yaml::from_str(yaml).unwrap()
-    }
-
-    const BASE: &str = r#"
-scaleTargetRef: {kind: Deployment, name: c}
-minReplicas: 1
-maxReplicas: 10
-completionDeadline: 10m
-metrics: {backlog: lag}
-partitionCount: 6
-capacity: {perReplicaRate: 100}
-"#;
-
-    #[test]
-    fn applies_defaults() {
-        let config = BudgetConfig::from_spec(&spec(BASE)).unwrap();
-        assert_eq!(config.poll_interval_seconds, 15.0);
-        assert_eq!(config.target_drain_seconds, 300.0);
-        assert_eq!(config.scale_down_stabilization_seconds, 180.0);
-        assert_eq!(config.reserved_retry_share, 0.1);
-        assert_eq!(config.partitions, PartitionSource::Fixed(6));
-        assert_eq!(config.max_step, 0);
-    }
-
-    #[test]
-    fn refuses_with_field_names() {
-        let mut bad = spec(BASE);
-        bad.min_replicas = 11;
-        assert!(
-            BudgetConfig::from_spec(&bad)
-                .unwrap_err()
-                .to_string()
-                .contains("spec.minReplicas")
-        );
-        let mut bad = spec(BASE);
-        bad.completion_deadline = "soon".into();
-        assert!(
-            BudgetConfig::from_spec(&bad)
-                .unwrap_err()
-                .to_string()
-                .contains("spec.completionDeadline")
-        );
-        let mut bad = spec(BASE);
-        bad.metrics.partitions = Some("p".into());
-        assert_eq!(
-            BudgetConfig::from_spec(&bad),
-            Err(BudgetSpecError::PartitionSource)
-        );
-        let mut bad = spec(BASE);
-        bad.capacity = None;
-        assert_eq!(
-            BudgetConfig::from_spec(&bad),
-            Err(BudgetSpecError::NoCapacitySource)
-        );
     }
 }

@@ -41,10 +41,10 @@ use k8s_openapi::jiff::{Timestamp, ToSpan};
 use thiserror::Error;
 
 use super::duration::{DurationError, positive_seconds};
+use super::event_class::{ClassDefinition, ClassMode, ClassState};
 use super::format::si;
 use super::metric_input::{Observation, single_value};
 use super::stabilization::seconds_between;
-use crate::api::backlog_budget::{ClassMode, ClassState, EventClass};
 
 /// A class's breaker parameters, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,7 +88,7 @@ pub enum ClassSpecError {
 impl BreakerSettings {
     /// Checks a class of the spec (the API server refuses most of this already; this is the
     /// defense in depth for objects stored before a rule existed).
-    pub fn from_spec(class: &EventClass) -> Result<Self, ClassSpecError> {
+    pub fn from_spec(class: &ClassDefinition) -> Result<Self, ClassSpecError> {
         let field = |name: &str| format!("eventClasses[{}].{name}", class.name);
         let policy = &class.pause_policy;
         let threshold = policy.threshold;

@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use thiserror::Error;
 
 use super::metric_input::Observation;
-use crate::api::replay_job::ReplayPhase;
+use super::phase::ReplayPhase;
 
 /// Longest Kubernetes object name usable as a label value (Jobs label their Pods with it).
 const MAX_NAME: usize = 63;

@@ -6,13 +6,13 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::budget_config::{BudgetConfig, PartitionSource};
+use super::condition::{ConditionSpec, Truth};
 use super::drain::{drain_seconds, estimate_oldest_age, group_capacity};
 use super::format::{seconds, si};
 use super::metric_input::{MetricProblem, MissingInput, Observation, single_value};
+use super::phase::BudgetPhase;
 use super::recommendation::{Demand, Recommendation, Regime, Supply, recommend};
 use super::stabilization::{WindowSettings, Windows, seconds_between, stabilize};
-use crate::api::backlog_budget::BudgetPhase;
-use crate::api::conditions::{ConditionSpec, Truth};
 
 pub const METRICS_AVAILABLE: &str = "MetricsAvailable";
 pub const PARTITION_LIMITED: &str = "PartitionLimited";

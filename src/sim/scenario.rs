@@ -4,10 +4,10 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::api::backlog_budget::{
-    Alerts, BacklogBudgetSpec, Capacity, MetricQueries, ScaleTargetRef, Scaling,
+use crate::core::budget_config::{
+    AlertsDefinition, BudgetConfig, BudgetDefinition, BudgetSpecError, CapacityDefinition,
+    ScalingDefinition,
 };
-use crate::core::budget_config::{BudgetConfig, BudgetSpecError};
 use crate::core::duration::{DurationError, non_negative_seconds, positive_seconds};
 
 /// A scenario file.
@@ -103,14 +103,14 @@ pub struct SimBudget {
     pub min_replicas: i32,
     pub max_replicas: i32,
     pub completion_deadline: String,
-    #[serde(default = "crate::api::backlog_budget::default_poll_interval")]
+    #[serde(default = "crate::core::budget_config::default_poll_interval")]
     pub poll_interval: String,
     #[serde(default)]
-    pub capacity: Option<Capacity>,
+    pub capacity: Option<CapacityDefinition>,
     #[serde(default)]
-    pub scaling: Scaling,
+    pub scaling: ScalingDefinition,
     #[serde(default)]
-    pub alerts: Alerts,
+    pub alerts: AlertsDefinition,
 }
 
 /// A scenario that cannot be run.
@@ -153,38 +153,28 @@ pub struct Model {
     pub scrape_interval: f64,
     pub rate_window: f64,
     pub budget: BudgetConfig,
-    pub budget_spec: BacklogBudgetSpec,
+    /// The budget as the scenario wrote it, with the partitions fixed and every query present.
+    pub budget_definition: BudgetDefinition,
     pub lag_threshold: f64,
 }
 
 impl SimBudget {
-    /// The BacklogBudget spec this stands for, with a placeholder target and queries.
-    pub fn to_spec(&self, partitions: u32) -> BacklogBudgetSpec {
-        BacklogBudgetSpec {
-            scale_target_ref: ScaleTargetRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                name: "simulated-consumer".into(),
-            },
+    /// The BacklogBudget this stands for: a fixed partition count and every query present
+    /// (the simulator measures everything).
+    pub fn to_definition(&self, partitions: u32) -> BudgetDefinition {
+        BudgetDefinition {
             min_replicas: self.min_replicas,
             max_replicas: self.max_replicas,
-            workload: None,
             completion_deadline: self.completion_deadline.clone(),
-            retry_policy_ref: None,
-            prometheus: None,
-            metrics: MetricQueries {
-                backlog: "simulated".into(),
-                oldest_unfinished_age: Some("simulated".into()),
-                produce_rate: Some("simulated".into()),
-                completion_rate: Some("simulated".into()),
-                ..MetricQueries::default()
-            },
-            partition_count: Some(i32::try_from(partitions).unwrap_or(i32::MAX)),
             poll_interval: self.poll_interval.clone(),
+            partition_count: Some(i32::try_from(partitions).unwrap_or(i32::MAX)),
+            partitions_queried: false,
+            oldest_age_queried: true,
+            produce_rate_queried: true,
+            completion_rate_queried: true,
             capacity: self.capacity.clone(),
             scaling: self.scaling.clone(),
             alerts: self.alerts.clone(),
-            event_classes: vec![],
         }
     }
 }
@@ -246,8 +236,8 @@ impl Scenario {
             }
             slowdowns.push((from, to, slowdown.factor));
         }
-        let budget_spec = self.budget.to_spec(self.partitions);
-        let budget = BudgetConfig::from_spec(&budget_spec)?;
+        let budget_definition = self.budget.to_definition(self.partitions);
+        let budget = BudgetConfig::from_spec(&budget_definition)?;
         let step = positive_seconds("step", &self.step)?;
         let initial_replicas = self.initial_replicas.unwrap_or(budget.min_replicas);
         let lag_threshold = match self.lag_threshold {
@@ -274,7 +264,7 @@ impl Scenario {
             scrape_interval: positive_seconds("scrapeInterval", &self.scrape_interval)?,
             rate_window: positive_seconds("rateWindow", &self.rate_window)?,
             budget,
-            budget_spec,
+            budget_definition,
             lag_threshold,
         })
     }

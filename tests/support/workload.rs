@@ -78,7 +78,7 @@ pub async fn serve(
     server
 }
 
-/// The budget for the served workload (see `sim::server::budget_for`), with `extra_scaling`
+/// The budget for the served workload (see `served_workload::budget_for`), with `extra_scaling`
 /// merged into spec.scaling.
 pub fn budget(
     name: &str,
@@ -86,7 +86,7 @@ pub fn budget(
     speed: f64,
     extra_scaling: serde_json::Value,
 ) -> BacklogBudget {
-    let mut budget = backlog_operator::sim::server::budget_for(model, name, speed);
+    let mut budget = backlog_operator::served_workload::budget_for(model, name, speed);
     if extra_scaling.as_object().is_some_and(|e| !e.is_empty()) {
         let mut scaling = serde_json::to_value(&budget.spec.scaling).expect("scaling");
         if let (Some(scaling), Some(extra)) = (scaling.as_object_mut(), extra_scaling.as_object()) {

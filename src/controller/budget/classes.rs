@@ -154,7 +154,7 @@ pub fn decide(
     for (class, observed) in classes.iter().zip(observations) {
         let earlier = previous.iter().find(|status| status.name == class.name);
         let memory = earlier.map(memory_of);
-        let settings = match BreakerSettings::from_spec(class) {
+        let settings = match BreakerSettings::from_spec(&class.into()) {
             Ok(settings) => settings,
             Err(problem) => {
                 // Nothing to decide with: hold the class where it is.

@@ -254,7 +254,7 @@ async fn resolve_policy(
             ),
         });
     };
-    Ok(match EffectivePolicy::from_spec(&policy.spec) {
+    Ok(match EffectivePolicy::from_spec(&(&policy.spec).into()) {
         Ok(effective) => PolicySource::Resolved(PublishedRetryPolicy::new(
             reference.name.clone(),
             &effective,
@@ -427,7 +427,7 @@ mod tests {
         .unwrap();
         PolicySource::Resolved(PublishedRetryPolicy::new(
             "standard",
-            &EffectivePolicy::from_spec(&spec).unwrap(),
+            &EffectivePolicy::from_spec(&(&spec).into()).unwrap(),
         ))
     }
 

@@ -56,7 +56,7 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
     let generation = budget.meta().generation;
     let now = Timestamp::now();
 
-    let config = match BudgetConfig::from_spec(&budget.spec) {
+    let config = match BudgetConfig::from_spec(&(&budget.spec).into()) {
         Ok(config) => config,
         Err(problem) => {
             let condition = ConditionSpec::new(

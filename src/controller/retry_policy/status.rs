@@ -31,7 +31,7 @@ pub fn next_status(
     let mut used_by: Vec<String> = users.iter().map(|u| u.name.clone()).collect();
     used_by.sort();
     used_by.dedup();
-    let policy = match EffectivePolicy::from_spec(spec) {
+    let policy = match EffectivePolicy::from_spec(&spec.into()) {
         Ok(policy) => policy,
         Err(problem) => {
             let conditions = [

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::api::backlog_budget::PausePolicy;
+use crate::core::event_class::PauseDefinition;
 
 fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(seconds).unwrap()
@@ -345,13 +345,10 @@ fn the_spec_shortening_max_open_duration_shortens_a_running_pause() {
     assert_eq!(memory.state, ClassState::Probing);
 }
 
-fn class(policy: PausePolicy) -> EventClass {
-    EventClass {
+fn class(policy: PauseDefinition) -> ClassDefinition {
+    ClassDefinition {
         name: "refund".into(),
-        failure_ratio: "r".into(),
-        execution_rate: "e".into(),
         min_rate: 1.0,
-        backlog: None,
         mode: ClassMode::Auto,
         pause_policy: policy,
     }
@@ -359,46 +356,46 @@ fn class(policy: PausePolicy) -> EventClass {
 
 #[test]
 fn settings_come_from_the_spec_with_errors_naming_the_field() {
-    let settings = BreakerSettings::from_spec(&class(PausePolicy::default())).unwrap();
+    let settings = BreakerSettings::from_spec(&class(PauseDefinition::default())).unwrap();
     assert_eq!(settings.for_seconds, 120.0);
     assert_eq!(settings.open_seconds, 300.0);
     assert_eq!(settings.max_open_seconds, 3600.0);
     assert_eq!(settings.threshold, 0.5);
 
-    let error = |policy: PausePolicy| {
+    let error = |policy: PauseDefinition| {
         BreakerSettings::from_spec(&class(policy))
             .unwrap_err()
             .to_string()
     };
     assert_eq!(
-        error(PausePolicy {
+        error(PauseDefinition {
             for_: "soon".into(),
-            ..PausePolicy::default()
+            ..PauseDefinition::default()
         }),
         "spec.eventClasses[refund].pausePolicy.for \"soon\" is not a duration: use Go syntax such as 250ms, 30s or 5m"
     );
     assert!(
-        error(PausePolicy {
+        error(PauseDefinition {
             threshold: 0.0,
-            ..PausePolicy::default()
+            ..PauseDefinition::default()
         })
         .starts_with("spec.eventClasses[refund].pausePolicy.threshold (0) must be in (0, 1]")
     );
     assert!(
-        error(PausePolicy {
+        error(PauseDefinition {
             probe_ratio: 1.5,
-            ..PausePolicy::default()
+            ..PauseDefinition::default()
         })
         .starts_with("spec.eventClasses[refund].pausePolicy.probeRatio (1.5)")
     );
     assert!(
-        error(PausePolicy {
+        error(PauseDefinition {
             open_duration: "2h".into(),
-            ..PausePolicy::default()
+            ..PauseDefinition::default()
         })
         .contains("maxOpenDuration (1h) must be at least openDuration (2h)")
     );
-    let mut negative = class(PausePolicy::default());
+    let mut negative = class(PauseDefinition::default());
     negative.min_rate = -1.0;
     assert!(
         BreakerSettings::from_spec(&negative)

@@ -10,8 +10,8 @@ use super::{
     ApprovalProblem, BatchPlan, CheckOutcome, CheckResult, Halt, JobObservation, JobOutcome,
     JobView, PlanProblem, QueueState, Stage, StageName, StageRecord, stages,
 };
-use crate::api::conditions::{ConditionSpec, Truth};
-use crate::api::replay_job::ReplayPhase;
+use crate::core::condition::{ConditionSpec, Truth};
+use crate::core::phase::ReplayPhase;
 use crate::core::stabilization::seconds_between;
 
 /// Condition types of a ReplayJob.

@@ -30,11 +30,11 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::scenario::{Model, Scenario, ScenarioError};
-use crate::api::backlog_budget::{ClassMode, EventClass, PausePolicy};
-use crate::api::retry_policy::RetryPolicySpec;
 use crate::consumer::{EffectivePolicy, PolicyError};
 use crate::core::class_breaker::{BreakerSettings, ClassSpecError};
 use crate::core::duration::{non_negative_seconds, positive_seconds};
+use crate::core::event_class::{ClassDefinition, ClassMode, PauseDefinition};
+use crate::core::retry_policy::RetryPolicyDefinition;
 
 /// The `eventClasses` section of a scenario.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -45,7 +45,7 @@ pub struct ClassExperiment {
     #[serde(default)]
     pub seed: u64,
     /// The RetryPolicy the consumers run (its spec).
-    pub retry_policy: RetryPolicySpec,
+    pub retry_policy: RetryPolicyDefinition,
     /// Range of the failure-ratio and execution-rate queries; default 1m.
     #[serde(default = "default_ratio_window")]
     pub ratio_window: String,
@@ -75,7 +75,7 @@ pub struct SimClass {
     #[serde(default = "default_min_rate")]
     pub min_rate: f64,
     #[serde(default)]
-    pub pause_policy: PausePolicy,
+    pub pause_policy: PauseDefinition,
 }
 
 fn default_min_rate() -> f64 {
@@ -268,12 +268,9 @@ impl ClassExperiment {
                 }
                 None => None,
             };
-            let breaker = BreakerSettings::from_spec(&EventClass {
+            let breaker = BreakerSettings::from_spec(&ClassDefinition {
                 name: class.name.clone(),
-                failure_ratio: "simulated".into(),
-                execution_rate: "simulated".into(),
                 min_rate: class.min_rate,
-                backlog: Some("simulated".into()),
                 mode: ClassMode::Auto,
                 pause_policy: class.pause_policy.clone(),
             })?;

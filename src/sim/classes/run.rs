@@ -11,11 +11,11 @@ use rand::RngExt;
 use serde::Serialize;
 
 use super::ExperimentModel;
-use crate::api::backlog_budget::ClassState;
 use crate::consumer::{
     QuarantineReason, RetryBudgetTracker, RetryDecision, RetryPlanner, is_probe,
 };
 use crate::core::class_breaker::{ClassMemory, holds_backlog, read, step};
+use crate::core::event_class::ClassState;
 use crate::core::metric_input::Observation;
 use crate::core::scaling::{ScalingInputs, ScalingMemory, decide};
 use crate::sim::workload::LatencyHistogram;

@@ -1,0 +1,66 @@
+//! The workload simulator served to a real cluster: the BacklogBudget that governs it.
+
+use crate::api::BacklogBudget;
+use crate::api::backlog_budget::{
+    Alerts, BacklogBudgetSpec, Capacity, MetricQueries, ScaleTargetRef, Scaling,
+};
+use crate::sim::scenario::Model;
+use crate::sim::server::wall_duration;
+
+/// The BacklogBudget for a served workload named `name`, in wall-clock terms: the model's
+/// deadline and windows divided by `speed`, its per-replica rate multiplied by it; the queries
+/// read the series `sim::server::render` serves (kafka_exporter's names plus the consumer's
+/// own).
+pub fn budget_for(model: &Model, name: &str, speed: f64) -> BacklogBudget {
+    let definition = &model.budget_definition;
+    let b = &model.budget;
+    let rate_window = "5s";
+    let spec = BacklogBudgetSpec {
+        scale_target_ref: ScaleTargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: name.to_owned(),
+        },
+        min_replicas: definition.min_replicas,
+        max_replicas: definition.max_replicas,
+        workload: None,
+        completion_deadline: wall_duration(b.deadline_seconds, speed),
+        retry_policy_ref: None,
+        prometheus: None,
+        metrics: MetricQueries {
+            backlog: format!("sum(kafka_consumergroup_lag_sum{{consumergroup=\"{name}\"}})"),
+            oldest_unfinished_age: Some(format!(
+                "max(consumer_oldest_unfinished_event_age_seconds{{consumer=\"{name}\"}})"
+            )),
+            produce_rate: Some(format!(
+                "sum(rate(kafka_topic_partition_current_offset{{topic=\"{name}\"}}[{rate_window}]))"
+            )),
+            completion_rate: Some(format!(
+                "sum(rate(consumer_events_completed_total{{consumer=\"{name}\"}}[{rate_window}]))"
+            )),
+            partitions: Some(format!("max(kafka_topic_partitions{{topic=\"{name}\"}})")),
+            ..MetricQueries::default()
+        },
+        partition_count: None,
+        poll_interval: "1s".to_owned(),
+        capacity: Some(Capacity {
+            per_replica_rate: Some(b.per_replica_rate.unwrap_or(model.per_replica_rate) * speed),
+            reserved_retry_share: Some(b.reserved_retry_share),
+        }),
+        scaling: Scaling {
+            target_drain_time: wall_duration(b.target_drain_seconds, speed),
+            scale_up_stabilization: wall_duration(b.scale_up_stabilization_seconds, speed),
+            scale_down_stabilization: wall_duration(b.scale_down_stabilization_seconds, speed),
+            max_step: definition.scaling.max_step,
+            rebalance_cost: wall_duration(b.rebalance_cost_seconds, speed),
+        },
+        alerts: Alerts {
+            warning_at: definition.alerts.warning_at,
+            critical_at: definition.alerts.critical_at,
+            owner: None,
+            runbook: None,
+        },
+        event_classes: vec![],
+    };
+    BacklogBudget::new(name, spec)
+}
