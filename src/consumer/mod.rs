@@ -24,8 +24,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use backlog_operator::core::retry_policy::FailureClass;
-//! use backlog_operator::consumer::{ControlDocument, RetryBudgetTracker, RetryDecision};
+//! use backlog_operator::consumer::{ControlDocument, FailureClass, RetryBudgetTracker, RetryDecision};
 //! use rand::{SeedableRng, rngs::StdRng};
 //!
 //! // The document as mounted from the budget's ConfigMap.
@@ -80,15 +79,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod backoff;
-pub mod classification;
 pub mod control_document;
-pub mod go_duration;
 pub mod policy;
 pub mod probe;
-pub mod retry_budget;
-pub mod retry_planner;
-pub mod schedule;
+
+pub use crate::core::{
+    backoff, classification, go_duration, retry_budget, retry_planner, schedule,
+};
 
 pub use backoff::{BackoffError, BackoffSchedule};
 pub use classification::classify;
@@ -106,3 +103,10 @@ pub use retry_budget::{
 };
 pub use retry_planner::{QuarantineReason, RetryDecision, RetryPlanner};
 pub use schedule::{RetrySchedule, ScheduledRetry};
+
+// The policy's plain types, so that a consumer needs one import path.
+pub use crate::core::event_class::ClassState;
+pub use crate::core::retry_policy::{
+    BackoffDefinition, ClassificationRule, FailureClass, Jitter, MAX_ATTEMPTS_LIMIT,
+    RetryBudgetDefinition, RetryPolicyDefinition, ValidatedRetryPolicy,
+};

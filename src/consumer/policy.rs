@@ -28,6 +28,7 @@ use super::retry_planner::RetryPlanner;
 use super::schedule::RetrySchedule;
 use crate::core::retry_policy::{
     ClassificationRule, FailureClass, Jitter, MAX_ATTEMPTS_LIMIT, RetryPolicyDefinition,
+    ValidatedRetryPolicy,
 };
 
 /// A spec that cannot become an effective policy. Each message names the field and the fix.
@@ -312,6 +313,22 @@ impl EffectivePolicy {
     }
 
     /// The worst-case schedule: per-retry upper bounds and the totals.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backlog_operator::consumer::{EffectivePolicy, RetryPolicyDefinition, format_go_duration};
+    ///
+    /// let spec: RetryPolicyDefinition = serde_json::from_str(
+    ///     r#"{"maxAttempts": 5, "backoff": {"base": "100ms", "cap": "10s"}}"#,
+    /// )?;
+    /// let schedule = EffectivePolicy::from_spec(&spec)?.schedule();
+    /// let bounds: Vec<String> = schedule.retries.iter().map(|retry| format_go_duration(retry.upper_bound)).collect();
+    /// assert_eq!(bounds, ["100ms", "200ms", "400ms", "800ms"]);
+    /// assert_eq!(schedule.worst_case_retry_delay, Duration::from_millis(1500));
+    /// assert_eq!(schedule.worst_case_amplification, 5);
+    /// assert_eq!(schedule.budgeted_amplification, 1.1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn schedule(&self) -> RetrySchedule {
         RetrySchedule::for_policy(self)
     }
@@ -331,6 +348,20 @@ impl EffectivePolicy {
                 max_retry_ratio: self.max_retry_ratio,
             },
         }
+    }
+}
+
+impl ValidatedRetryPolicy for EffectivePolicy {
+    fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    fn backoff(&self) -> &BackoffSchedule {
+        &self.backoff
+    }
+
+    fn max_retry_ratio(&self) -> f64 {
+        self.max_retry_ratio
     }
 }
 

@@ -10,7 +10,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::go_duration::format_go_duration;
-use super::policy::EffectivePolicy;
+use super::retry_policy::ValidatedRetryPolicy;
 
 /// One retry in the worst case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,24 +23,8 @@ pub struct ScheduledRetry {
     pub cumulative_worst_case: Duration,
 }
 
-/// A policy's worst-case retry schedule and amplification.
-///
-/// ```
-/// use std::time::Duration;
-/// use backlog_operator::core::retry_policy::RetryPolicyDefinition;
-/// use backlog_operator::consumer::{EffectivePolicy, format_go_duration};
-///
-/// let spec: RetryPolicyDefinition = serde_json::from_str(
-///     r#"{"maxAttempts": 5, "backoff": {"base": "100ms", "cap": "10s"}}"#,
-/// )?;
-/// let schedule = EffectivePolicy::from_spec(&spec)?.schedule();
-/// let bounds: Vec<String> = schedule.retries.iter().map(|retry| format_go_duration(retry.upper_bound)).collect();
-/// assert_eq!(bounds, ["100ms", "200ms", "400ms", "800ms"]);
-/// assert_eq!(schedule.worst_case_retry_delay, Duration::from_millis(1500));
-/// assert_eq!(schedule.worst_case_amplification, 5);
-/// assert_eq!(schedule.budgeted_amplification, 1.1);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
+/// A policy's worst-case retry schedule and amplification (the consumer library's
+/// `EffectivePolicy::schedule` has an example).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RetrySchedule {
     /// Every retry, in order: `maxAttempts − 1` of them.
@@ -56,7 +40,7 @@ pub struct RetrySchedule {
 
 impl RetrySchedule {
     /// The schedule of a validated policy (at most 19 retries, so it is always small).
-    pub fn for_policy(policy: &EffectivePolicy) -> Self {
+    pub fn for_policy(policy: &impl ValidatedRetryPolicy) -> Self {
         let backoff = policy.backoff();
         let mut cumulative = Duration::ZERO;
         let retries = (1..policy.max_attempts())
@@ -126,26 +110,45 @@ impl fmt::Display for RetrySchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::retry_policy::{
-        BackoffDefinition, FailureClass, Jitter, RetryBudgetDefinition, RetryPolicyDefinition,
-    };
+    use crate::backoff::BackoffSchedule;
+    use crate::go_duration::parse_go_duration;
+    use crate::retry_policy::Jitter;
     use proptest::prelude::*;
 
-    fn policy(max_attempts: i32, base: &str, cap: &str, ratio: f64) -> EffectivePolicy {
-        EffectivePolicy::from_spec(&RetryPolicyDefinition {
-            max_attempts,
-            backoff: BackoffDefinition {
-                base: base.to_owned(),
-                cap: cap.to_owned(),
-                jitter: Jitter::Full,
-            },
-            classification: Vec::new(),
-            default_class: FailureClass::Unknown,
-            retry_budget: RetryBudgetDefinition {
-                max_retry_ratio: ratio,
-            },
-        })
-        .expect("valid policy")
+    /// A valid policy without the consumer library's validation: the tests only build valid
+    /// ones.
+    struct Policy {
+        max_attempts: u32,
+        backoff: BackoffSchedule,
+        max_retry_ratio: f64,
+    }
+
+    impl ValidatedRetryPolicy for Policy {
+        fn max_attempts(&self) -> u32 {
+            self.max_attempts
+        }
+        fn backoff(&self) -> &BackoffSchedule {
+            &self.backoff
+        }
+        fn max_retry_ratio(&self) -> f64 {
+            self.max_retry_ratio
+        }
+    }
+
+    impl Policy {
+        fn schedule(&self) -> RetrySchedule {
+            RetrySchedule::for_policy(self)
+        }
+    }
+
+    fn policy(max_attempts: i32, base: &str, cap: &str, ratio: f64) -> Policy {
+        let duration = |text: &str| parse_go_duration(text).expect("valid duration");
+        Policy {
+            max_attempts: u32::try_from(max_attempts).expect("positive attempts"),
+            backoff: BackoffSchedule::new(duration(base), duration(cap), Jitter::Full)
+                .expect("valid backoff"),
+            max_retry_ratio: ratio,
+        }
     }
 
     #[test]

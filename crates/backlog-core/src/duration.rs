@@ -15,7 +15,7 @@ pub enum DurationError {
 pub fn non_negative_seconds(field: &str, value: &str) -> Result<f64, DurationError> {
     // The consumer library's parser checks syntax and magnitude before converting, so no
     // input (however long its digits) can make the conversion overflow.
-    crate::consumer::parse_go_duration(value)
+    crate::go_duration::parse_go_duration(value)
         .map(|duration| duration.as_secs_f64())
         .map_err(|_| DurationError::Unparsable {
             field: field.to_owned(),

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 /// The budget's health.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BudgetPhase {
     /// Oldest age below the warning fraction of the deadline and the backlog drains in time.
     Healthy,
@@ -22,7 +23,8 @@ pub enum BudgetPhase {
 }
 
 /// Where a replay is in its life.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReplayPhase {
     /// The scope could not be frozen yet (e.g. the `eventIdsFrom` ConfigMap does not exist).
     Pending,

@@ -15,7 +15,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 use thiserror::Error;
 
 use super::metric_input::Observation;

@@ -37,7 +37,7 @@
 //!
 //! Pure: no I/O, no clock; the controller and the simulator pass the readings and the time.
 
-use k8s_openapi::jiff::{Timestamp, ToSpan};
+use jiff::{Timestamp, ToSpan};
 use thiserror::Error;
 
 use super::duration::{DurationError, positive_seconds};
@@ -307,7 +307,7 @@ fn timer_start(now: Timestamp) -> Timestamp {
 }
 
 fn duration_text(seconds: f64) -> String {
-    crate::consumer::format_go_duration(std::time::Duration::from_secs_f64(seconds.max(0.0)))
+    crate::go_duration::format_go_duration(std::time::Duration::from_secs_f64(seconds.max(0.0)))
 }
 
 fn ratio_text(ratio: Option<f64>) -> String {

@@ -5,9 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Who decides a class's state.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
-)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ClassMode {
     #[default]
     Auto,
@@ -16,7 +15,8 @@ pub enum ClassMode {
 }
 
 /// Per-class breaker state.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ClassState {
     Active,
     Paused,

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::core::event_class::PauseDefinition;
+use crate::event_class::PauseDefinition;
 
 fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(seconds).unwrap()

@@ -6,7 +6,7 @@
 //! (when a window is set) goes to the lowest recommendation since the rise began. Both are
 //! kept in status, so an operator restart does not reset them.
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 
 /// A recommendation and when it was made (or, for scale-up, since when it has held).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! explicitly and everything it does not name falls into `defaultClass` (by default `Unknown`,
 //! which is reconciled, never retried blind).
 
-use crate::core::retry_policy::{ClassificationRule, FailureClass};
+use crate::retry_policy::{ClassificationRule, FailureClass};
 
 /// The failure class of `error_code` under `rules`: the class of the first rule that lists the
 /// code, or `default_class` when no rule does.
@@ -15,8 +15,8 @@ use crate::core::retry_policy::{ClassificationRule, FailureClass};
 /// policy holds at most 64 rules and consumers classify once per failure, not per event.
 ///
 /// ```
-/// use backlog_operator::core::retry_policy::{ClassificationRule, FailureClass};
-/// use backlog_operator::consumer::classify;
+/// use backlog_core::retry_policy::{ClassificationRule, FailureClass};
+/// use backlog_core::classification::classify;
 ///
 /// let rules = vec![
 ///     ClassificationRule { error_codes: vec!["HTTP_503".into()], class: FailureClass::Transient },

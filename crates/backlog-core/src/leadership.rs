@@ -3,7 +3,7 @@
 //! Only the leader reconciles (and so writes status); the others wait. A lease not renewed
 //! within its duration is free to take.
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 
 /// The fields of a coordination.k8s.io Lease that matter here.
 #[derive(Clone, Debug, PartialEq, Eq)]

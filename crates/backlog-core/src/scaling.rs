@@ -3,7 +3,7 @@
 //!
 //! Pure: the controller and the simulator call the same function.
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 
 use super::budget_config::{BudgetConfig, PartitionSource};
 use super::condition::{ConditionSpec, Truth};

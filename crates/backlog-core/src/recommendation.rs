@@ -233,7 +233,7 @@ mod tests {
     fn config() -> BudgetConfig {
         BudgetConfig {
             rebalance_cost_seconds: 10.0,
-            ..crate::core::budget_config::example()
+            ..crate::budget_config::example()
         }
     }
 

@@ -266,10 +266,10 @@ impl BudgetConfig {
     }
 }
 
-/// A budget for unit tests: 12 partitions of 250 events/s, a 10-minute deadline, 15 s polls,
-/// no retry share, no rebalance cost; tests adjust fields with struct update syntax.
-#[cfg(test)]
-pub(crate) fn example() -> BudgetConfig {
+/// A budget for unit tests (here and in the controllers): 12 partitions of 250 events/s, a
+/// 10-minute deadline, 15 s polls, no retry share, no rebalance cost; tests adjust fields with
+/// struct update syntax.
+pub fn example() -> BudgetConfig {
     BudgetConfig {
         min_replicas: 1,
         max_replicas: 20,

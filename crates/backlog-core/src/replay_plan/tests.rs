@@ -2,7 +2,7 @@ use proptest::prelude::*;
 
 use super::machine::job_of;
 use super::*;
-use crate::core::condition::Truth;
+use crate::condition::Truth;
 
 fn at(s: i64) -> Timestamp {
     Timestamp::from_second(s).unwrap()

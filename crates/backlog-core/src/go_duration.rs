@@ -1,12 +1,12 @@
 //! Go duration strings (`250ms`, `1m30s`, `1h0m0s`): the form Kubernetes users read and write.
 //!
-//! Parsing goes through [`kube::core::Duration`], so the operator accepts exactly what the
-//! rest of the Kubernetes tool chain accepts. Formatting follows Go's `time.Duration.String()`
+//! Parsing accepts Go's syntax and computes the value as kube-rs does (each component is its
+//! unit times the number as an `f64`), so the operator accepts exactly what the rest of the
+//! Kubernetes tool chain accepts, without depending on a Kubernetes client. Formatting follows Go's `time.Duration.String()`
 //! with one deliberate difference: microseconds are written `us` (ASCII) rather than `µs`.
 //! Go's `time.ParseDuration`, CEL's `duration()` and this crate's parser all accept `us`, and
 //! an ASCII-only document is easier to handle in every language.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -39,19 +39,15 @@ pub enum GoDurationError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use backlog_operator::consumer::parse_go_duration;
+/// use backlog_core::go_duration::parse_go_duration;
 ///
 /// assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
 /// assert_eq!(parse_go_duration("1000ms"), parse_go_duration("1s"));
 /// assert!(parse_go_duration("soon").is_err());
 /// ```
 pub fn parse_go_duration(text: &str) -> Result<Duration, GoDurationError> {
-    // kube's parser multiplies each component with `Duration::mul_f64`, which panics when the
-    // product overflows; checking syntax and magnitude first keeps every input panic-free.
-    check_syntax_and_magnitude(text)?;
-    let parsed = kube::core::Duration::from_str(text).map_err(|_| GoDurationError::Malformed)?;
-    let magnitude = Duration::from(parsed);
-    if parsed.is_negative() && !magnitude.is_zero() {
+    let magnitude = magnitude(text)?;
+    if text.starts_with('-') && !magnitude.is_zero() {
         return Err(GoDurationError::Negative);
     }
     if magnitude > MAX_GO_DURATION {
@@ -60,18 +56,21 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, GoDurationError> {
     Ok(magnitude)
 }
 
-/// Accepts `[+-]?(number unit)+` or `[+-]?0`, where a number is digits with at most one
-/// decimal point, and refuses any string whose value could exceed [`MAX_GO_DURATION`].
-fn check_syntax_and_magnitude(text: &str) -> Result<(), GoDurationError> {
+/// The unsigned value of `[+-]?(number unit)+` or `[+-]?0`, where a number is digits with at
+/// most one decimal point. Refuses any string whose value could exceed [`MAX_GO_DURATION`]
+/// before adding it up: `Duration::mul_f64` panics when a product overflows, so the bound
+/// keeps every input panic-free.
+fn magnitude(text: &str) -> Result<Duration, GoDurationError> {
     let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
     if unsigned == "0" {
-        return Ok(());
+        return Ok(Duration::ZERO);
     }
     if unsigned.is_empty() {
         return Err(GoDurationError::Malformed);
     }
     let mut rest = unsigned;
     let mut total_nanos = 0.0_f64;
+    let mut total = Duration::ZERO;
     while !rest.is_empty() {
         let number_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -85,13 +84,13 @@ fn check_syntax_and_magnitude(text: &str) -> Result<(), GoDurationError> {
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(after_number.len());
         let (unit, after_unit) = after_number.split_at(unit_end);
-        let unit_nanos = match unit {
-            "ns" => 1.0,
-            "us" | "\u{00b5}s" | "\u{03bc}s" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
+        let (unit_nanos, unit_duration) = match unit {
+            "ns" => (1.0, Duration::from_nanos(1)),
+            "us" | "\u{00b5}s" | "\u{03bc}s" => (1e3, Duration::from_micros(1)),
+            "ms" => (1e6, Duration::from_millis(1)),
+            "s" => (1e9, Duration::from_secs(1)),
+            "m" => (60e9, Duration::from_secs(60)),
+            "h" => (3600e9, Duration::from_secs(3600)),
             _ => return Err(GoDurationError::Malformed),
         };
         let value: f64 = number.parse().map_err(|_| GoDurationError::Malformed)?;
@@ -101,9 +100,10 @@ fn check_syntax_and_magnitude(text: &str) -> Result<(), GoDurationError> {
         if total_nanos > 2.0 * MAX_GO_DURATION.as_nanos() as f64 {
             return Err(GoDurationError::TooLong);
         }
+        total += unit_duration.mul_f64(value);
         rest = after_unit;
     }
-    Ok(())
+    Ok(total)
 }
 
 /// Formats a duration the way Go's `time.Duration.String()` does, except that microseconds
@@ -114,7 +114,7 @@ fn check_syntax_and_magnitude(text: &str) -> Result<(), GoDurationError> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use backlog_operator::consumer::format_go_duration;
+/// use backlog_core::go_duration::format_go_duration;
 ///
 /// assert_eq!(format_go_duration(Duration::from_millis(1500)), "1.5s");
 /// assert_eq!(format_go_duration(Duration::from_millis(100)), "100ms");

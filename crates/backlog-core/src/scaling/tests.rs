@@ -7,7 +7,7 @@ fn at(s: i64) -> Timestamp {
 }
 
 fn config() -> BudgetConfig {
-    crate::core::budget_config::example()
+    crate::budget_config::example()
 }
 
 fn value(v: f64) -> Observation {
@@ -420,7 +420,7 @@ proptest! {
         };
         let rate = c.per_replica_rate.unwrap();
         // The capped capacity: the cap's consumers, limited by the busiest one's partitions.
-        let capped = crate::core::drain::group_capacity(cap_of(&c), partitions, rate);
+        let capped = crate::drain::group_capacity(cap_of(&c), partitions, rate);
         let lambda = capped * share;
         let d = decide(&c, &inputs(0.0, lambda, 0.0, current), &ScalingMemory::default(), at(0));
         prop_assert_eq!(d.phase == BudgetPhase::Undrainable, lambda > 0.0 && capped <= lambda);

@@ -11,7 +11,7 @@ use rand::{Rng, RngExt};
 use thiserror::Error;
 
 use super::go_duration::{MAX_GO_DURATION, format_go_duration};
-use crate::core::retry_policy::Jitter;
+use crate::retry_policy::Jitter;
 
 /// A validated backoff: `0 < base ≤ cap ≤` [`MAX_GO_DURATION`], plus the jitter strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,14 +49,14 @@ impl BackoffSchedule {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use backlog_operator::core::retry_policy::Jitter;
-    /// use backlog_operator::consumer::BackoffSchedule;
+    /// use backlog_core::retry_policy::Jitter;
+    /// use backlog_core::backoff::BackoffSchedule;
     ///
     /// let backoff = BackoffSchedule::new(Duration::from_millis(100), Duration::from_secs(10), Jitter::Full)?;
     /// assert_eq!(backoff.upper_bound(1), Duration::from_millis(100));
     /// assert_eq!(backoff.upper_bound(4), Duration::from_millis(800));
     /// assert_eq!(backoff.upper_bound(u32::MAX), Duration::from_secs(10));
-    /// # Ok::<(), backlog_operator::consumer::BackoffError>(())
+    /// # Ok::<(), backlog_core::backoff::BackoffError>(())
     /// ```
     pub fn new(base: Duration, cap: Duration, jitter: Jitter) -> Result<Self, BackoffError> {
         if base.is_zero() {

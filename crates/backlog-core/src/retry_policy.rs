@@ -4,13 +4,26 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::backoff::BackoffSchedule;
+
 /// Upper bound on `maxAttempts`: beyond this a "retry" is an outage amplifier, not a policy.
 pub const MAX_ATTEMPTS_LIMIT: i32 = 20;
 
+/// A retry policy that passed validation: attempts in `1..=20`, a backoff with
+/// `0 < base <= cap`, a retry ratio in `[0, 1]`. The retry budget and the worst-case schedule
+/// are computed from it; the consumer library's `EffectivePolicy` is the implementation.
+pub trait ValidatedRetryPolicy {
+    /// Executions allowed per event, attempt 1 included.
+    fn max_attempts(&self) -> u32;
+    /// The backoff between attempts.
+    fn backoff(&self) -> &BackoffSchedule;
+    /// Retries may be at most this share of primary executions.
+    fn max_retry_ratio(&self) -> f64;
+}
+
 /// Jitter strategy.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
-)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Jitter {
     /// Uniform in [0, upper(n)]: spreads retries best and is the default.
     #[default]
@@ -22,19 +35,9 @@ pub enum Jitter {
 }
 
 /// Failure classes, with the seed semantics the consumer library implements.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(
-    schemars::JsonSchema,
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord,
 )]
 pub enum FailureClass {
     /// Retried within maxAttempts and the retry budget.
@@ -62,15 +65,19 @@ impl FailureClass {
 
 /// One classification rule.
 // The schema attributes describe the rule as the control document publishes it.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(inline)]
+#[cfg_attr(feature = "schemars", schemars(inline))]
 pub struct ClassificationRule {
     /// Error codes this rule matches, exactly as the consumer reports them (e.g. "HTTP_503").
-    #[schemars(
-        length(min = 1, max = 256),
-        inner(length(min = 1, max = 128)),
-        extend("x-kubernetes-list-type" = "set")
+    #[cfg_attr(
+        feature = "schemars",
+        schemars(
+            length(min = 1, max = 256),
+            inner(length(min = 1, max = 128)),
+            extend("x-kubernetes-list-type" = "set")
+        )
     )]
     pub error_codes: Vec<String>,
     /// Class assigned to those codes.

@@ -21,7 +21,7 @@ use rand::Rng;
 
 use super::backoff::BackoffSchedule;
 use super::retry_budget::RetryBudgetTracker;
-use crate::core::retry_policy::FailureClass;
+use crate::retry_policy::FailureClass;
 
 /// The next step for an event whose execution just failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -124,10 +124,10 @@ impl RetryPlanner {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use backlog_operator::core::retry_policy::{FailureClass, Jitter};
-    /// use backlog_operator::consumer::{
-    ///     BackoffSchedule, QuarantineReason, RetryBudgetTracker, RetryDecision, RetryPlanner,
-    /// };
+    /// use backlog_core::retry_policy::{FailureClass, Jitter};
+    /// use backlog_core::backoff::BackoffSchedule;
+    /// use backlog_core::retry_budget::RetryBudgetTracker;
+    /// use backlog_core::retry_planner::{QuarantineReason, RetryDecision, RetryPlanner};
     /// use rand::{SeedableRng, rngs::StdRng};
     ///
     /// let backoff = BackoffSchedule::new(Duration::from_millis(100), Duration::from_secs(10), Jitter::Full)?;
@@ -146,7 +146,7 @@ impl RetryPlanner {
     ///     RetryDecision::Quarantine { reason: QuarantineReason::AttemptsExhausted },
     /// );
     /// assert_eq!(planner.decide(FailureClass::Unknown, 1, &mut budget, now, &mut rng), RetryDecision::Reconcile);
-    /// # Ok::<(), backlog_operator::consumer::BackoffError>(())
+    /// # Ok::<(), backlog_core::backoff::BackoffError>(())
     /// ```
     pub fn decide<R: Rng + ?Sized>(
         &self,
@@ -186,8 +186,8 @@ impl RetryPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consumer::backoff::tests::any_backoff;
-    use crate::core::retry_policy::Jitter;
+    use crate::backoff::tests::any_backoff;
+    use crate::retry_policy::Jitter;
     use proptest::prelude::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::policy::EffectivePolicy;
+use super::retry_policy::ValidatedRetryPolicy;
 
 /// How many slots the window is split into: the window slides one slot at a time, so it
 /// always covers between 90% and 100% of its nominal length.
@@ -64,12 +64,12 @@ struct WindowSlot {
 ///
 /// Use: call [`record_primary`](Self::record_primary) for every first execution and
 /// [`try_acquire_retry`](Self::try_acquire_retry) before every retry (the
-/// [`RetryPlanner`](super::RetryPlanner) does the latter for you). A granted retry is counted;
+/// [`RetryPlanner`](crate::retry_planner::RetryPlanner) does the latter for you). A granted retry is counted;
 /// a refused one is not.
 ///
 /// ```
 /// use std::time::Duration;
-/// use backlog_operator::consumer::RetryBudgetTracker;
+/// use backlog_core::retry_budget::RetryBudgetTracker;
 ///
 /// let mut budget = RetryBudgetTracker::new(0.1, Duration::from_secs(10))?;
 /// let now = Duration::from_secs(100);
@@ -81,7 +81,7 @@ struct WindowSlot {
 /// assert!(!budget.try_acquire_retry(now)); // the third would exceed 10% of 20
 /// // Ten seconds later the window has slid past those executions.
 /// assert!(!budget.may_retry(now + Duration::from_secs(10)));
-/// # Ok::<(), backlog_operator::consumer::RetryBudgetError>(())
+/// # Ok::<(), backlog_core::retry_budget::RetryBudgetError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct RetryBudgetTracker {
@@ -111,7 +111,7 @@ impl RetryBudgetTracker {
     }
 
     /// The tracker for a validated policy's `retryBudget`, over [`DEFAULT_WINDOW`].
-    pub fn for_policy(policy: &EffectivePolicy) -> Self {
+    pub fn for_policy(policy: &impl ValidatedRetryPolicy) -> Self {
         Self::with_limit(
             RetryLimit::Share {
                 max_retry_ratio: policy.max_retry_ratio(),

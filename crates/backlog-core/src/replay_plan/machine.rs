@@ -4,15 +4,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 
 use super::{
     ApprovalProblem, BatchPlan, CheckOutcome, CheckResult, Halt, JobObservation, JobOutcome,
     JobView, PlanProblem, QueueState, Stage, StageName, StageRecord, stages,
 };
-use crate::core::condition::{ConditionSpec, Truth};
-use crate::core::phase::ReplayPhase;
-use crate::core::stabilization::seconds_between;
+use crate::condition::{ConditionSpec, Truth};
+use crate::phase::ReplayPhase;
+use crate::stabilization::seconds_between;
 
 /// Condition types of a ReplayJob.
 pub const SCOPE_FROZEN: &str = "ScopeFrozen";
