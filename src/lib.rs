@@ -3,7 +3,6 @@
 
 pub mod api;
 pub mod cli;
-pub mod consumer;
 pub mod controller;
 pub mod explain;
 pub mod http;
@@ -13,5 +12,6 @@ pub mod sim;
 pub mod telemetry;
 pub mod watch;
 
-// The pure decisions live in their own crate; the old path stays for the controllers.
+// The decisions and the consumer library live in their own crates; the old paths stay.
+pub use backlog_consumer as consumer;
 pub use backlog_core as core;

@@ -714,9 +714,10 @@ fn the_document_validates_and_its_revision_grows_only_on_change(env: &TestEnv) {
             ))
             .await;
 
-        let schema: Value =
-            serde_json::from_str(include_str!("../src/consumer/control-document.schema.json"))
-                .expect("the committed schema is JSON");
+        let schema: Value = serde_json::from_str(include_str!(
+            "../crates/backlog-consumer/src/control-document.schema.json"
+        ))
+        .expect("the committed schema is JSON");
         let validator = jsonschema::options()
             .with_draft(jsonschema::Draft::Draft202012)
             .should_validate_formats(true)

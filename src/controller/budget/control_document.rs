@@ -446,9 +446,10 @@ mod tests {
     }
 
     fn schema_validator() -> jsonschema::Validator {
-        let schema: serde_json::Value =
-            serde_json::from_str(include_str!("../../consumer/control-document.schema.json"))
-                .unwrap();
+        let schema: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../crates/backlog-consumer/src/control-document.schema.json"
+        ))
+        .unwrap();
         jsonschema::options()
             .with_draft(jsonschema::Draft::Draft202012)
             .should_validate_formats(true)

@@ -69,7 +69,7 @@ pub fn probe_position(event_id: &str) -> f64 {
 /// nothing; 1 (or above) selects everything.
 ///
 /// ```
-/// use backlog_operator::consumer::is_probe;
+/// use backlog_consumer::is_probe;
 ///
 /// assert!(is_probe("order-1", 0.1));
 /// assert!(!is_probe("order-42", 0.1));

@@ -26,7 +26,7 @@ use super::classification::classify;
 use super::go_duration::{GoDurationError, format_go_duration, parse_go_duration};
 use super::retry_planner::RetryPlanner;
 use super::schedule::RetrySchedule;
-use crate::core::retry_policy::{
+use backlog_core::retry_policy::{
     ClassificationRule, FailureClass, Jitter, MAX_ATTEMPTS_LIMIT, RetryPolicyDefinition,
     ValidatedRetryPolicy,
 };
@@ -105,8 +105,8 @@ pub enum PolicyError {
 /// A validated, normalized retry policy.
 ///
 /// ```
-/// use backlog_operator::core::retry_policy::RetryPolicyDefinition;
-/// use backlog_operator::consumer::EffectivePolicy;
+/// use backlog_consumer::RetryPolicyDefinition;
+/// use backlog_consumer::EffectivePolicy;
 ///
 /// let spec: RetryPolicyDefinition = serde_json::from_str(r#"{
 ///     "maxAttempts": 5,
@@ -316,7 +316,7 @@ impl EffectivePolicy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use backlog_operator::consumer::{EffectivePolicy, RetryPolicyDefinition, format_go_duration};
+    /// use backlog_consumer::{EffectivePolicy, RetryPolicyDefinition, format_go_duration};
     ///
     /// let spec: RetryPolicyDefinition = serde_json::from_str(
     ///     r#"{"maxAttempts": 5, "backoff": {"base": "100ms", "cap": "10s"}}"#,
@@ -435,7 +435,7 @@ fn hash_canonical(policy: &CanonicalPolicy) -> Result<String, PolicyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::retry_policy::{BackoffDefinition, RetryBudgetDefinition};
+    use backlog_core::retry_policy::{BackoffDefinition, RetryBudgetDefinition};
     use proptest::prelude::*;
 
     fn spec(max_attempts: i32, base: &str, cap: &str) -> RetryPolicyDefinition {

@@ -1,9 +1,9 @@
-//! The consumer library: the exact failure, retry and probing semantics the operator
+//! The consumer library: the exact failure, retry and probing semantics backlog-operator
 //! publishes, for consumers written in Rust.
 //!
 //! Consumers in other languages implement the same contract from the control document's JSON
-//! Schema (`src/consumer/control-document.schema.json`) and the algorithms documented here;
-//! this module is the reference.
+//! Schema (`src/control-document.schema.json` in this crate) and the algorithms documented
+//! here; this crate is the reference. It depends on no Kubernetes client and no async runtime.
 //!
 //! Everything here is pure: no I/O, no clock reads and no global random source. The current
 //! time is an argument, randomness comes from the caller's `&mut impl rand::Rng`, so consumers
@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use backlog_operator::consumer::{ControlDocument, FailureClass, RetryBudgetTracker, RetryDecision};
+//! use backlog_consumer::{ControlDocument, FailureClass, RetryBudgetTracker, RetryDecision};
 //! use rand::{SeedableRng, rngs::StdRng};
 //!
 //! // The document as mounted from the budget's ConfigMap.
@@ -83,7 +83,7 @@ pub mod control_document;
 pub mod policy;
 pub mod probe;
 
-pub use crate::core::{
+pub use backlog_core::{
     backoff, classification, go_duration, retry_budget, retry_planner, schedule,
 };
 
@@ -105,8 +105,8 @@ pub use retry_planner::{QuarantineReason, RetryDecision, RetryPlanner};
 pub use schedule::{RetrySchedule, ScheduledRetry};
 
 // The policy's plain types, so that a consumer needs one import path.
-pub use crate::core::event_class::ClassState;
-pub use crate::core::retry_policy::{
+pub use backlog_core::event_class::ClassState;
+pub use backlog_core::retry_policy::{
     BackoffDefinition, ClassificationRule, FailureClass, Jitter, MAX_ATTEMPTS_LIMIT,
     RetryBudgetDefinition, RetryPolicyDefinition, ValidatedRetryPolicy,
 };

@@ -39,14 +39,14 @@
 use std::collections::HashSet;
 use std::str::FromStr;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::policy::{CanonicalPolicy, EffectivePolicy, PolicyError};
 use super::probe::is_probe;
-use crate::core::event_class::ClassState;
+use backlog_core::event_class::ClassState;
 
 /// The `apiVersion` of the documents this library reads and writes.
 pub const CONTROL_API_VERSION: &str = "backlog.dev/control/v1";
@@ -401,7 +401,7 @@ fn is_policy_hash(value: &str) -> bool {
 }
 
 /// The JSON Schema (draft 2020-12) of [`ControlDocument`], as committed in
-/// `src/consumer/control-document.schema.json`.
+/// `crates/backlog-consumer/src/control-document.schema.json`.
 pub fn control_document_schema() -> schemars::Schema {
     schemars::generate::SchemaSettings::draft2020_12()
         .into_generator()
@@ -411,14 +411,14 @@ pub fn control_document_schema() -> schemars::Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::retry_policy::{
+    use backlog_core::retry_policy::{
         BackoffDefinition, FailureClass, Jitter, RetryBudgetDefinition, RetryPolicyDefinition,
     };
     use proptest::prelude::*;
     use serde_json::{Value, json};
     use std::path::PathBuf;
 
-    const SCHEMA_FILE: &str = "src/consumer/control-document.schema.json";
+    const SCHEMA_FILE: &str = "src/control-document.schema.json";
 
     fn policy() -> EffectivePolicy {
         EffectivePolicy::from_spec(&RetryPolicyDefinition {
@@ -428,7 +428,7 @@ mod tests {
                 cap: "10s".to_owned(),
                 jitter: Jitter::Full,
             },
-            classification: vec![crate::core::retry_policy::ClassificationRule {
+            classification: vec![backlog_core::retry_policy::ClassificationRule {
                 error_codes: vec!["HTTP_503".to_owned()],
                 class: FailureClass::Transient,
             }],
@@ -676,7 +676,7 @@ mod tests {
     }
 
     /// Fails when the committed schema differs from the one the types generate. Regenerate
-    /// with `UPDATE_SCHEMA=1 cargo test --lib committed_schema_matches_the_types`.
+    /// with `UPDATE_SCHEMA=1 cargo test -p backlog-consumer --lib committed_schema_matches_the_types`.
     #[test]
     fn committed_schema_matches_the_types() {
         let generated = control_document_schema();
@@ -691,7 +691,7 @@ mod tests {
         assert!(
             committed_schema() == generated.to_value(),
             "{SCHEMA_FILE} is out of date with the Rust types; regenerate it with \
-             UPDATE_SCHEMA=1 cargo test --lib committed_schema_matches_the_types and commit the result"
+             UPDATE_SCHEMA=1 cargo test -p backlog-consumer --lib committed_schema_matches_the_types and commit the result"
         );
     }
 
