@@ -8,10 +8,11 @@ pub mod explain;
 pub mod http;
 pub mod metrics_source;
 pub mod served_workload;
-pub mod sim;
 pub mod telemetry;
 pub mod watch;
 
-// The decisions and the consumer library live in their own crates; the old paths stay.
+// The decisions, the consumer library and the simulator live in their own crates; the old
+// paths stay.
 pub use backlog_consumer as consumer;
 pub use backlog_core as core;
+pub use backlog_sim as sim;

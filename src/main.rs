@@ -139,7 +139,7 @@ fn serve_workload(
     target: String,
     speed: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use backlog_operator::sim::server::{ServeOptions, WorkloadServer};
+    use backlog_operator::sim::server::ServeOptions;
     backlog_operator::telemetry::init_logging(false);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let model = Scenario::load(path)?.model()?;
@@ -147,7 +147,7 @@ fn serve_workload(
     runtime.block_on(async {
         let client = kube::Client::try_default().await?;
         let duration = std::time::Duration::from_secs_f64(model.duration / speed);
-        let server = WorkloadServer::start(
+        let server = backlog_operator::served_workload::serve(
             model,
             ServeOptions {
                 listen,

@@ -1,11 +1,44 @@
-//! The workload simulator served to a real cluster: the BacklogBudget that governs it.
+//! The workload simulator served to a real cluster: its replica count read from the API
+//! server, and the BacklogBudget that governs it.
+
+use kube::api::DynamicObject;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, Client};
 
 use crate::api::BacklogBudget;
 use crate::api::backlog_budget::{
     Alerts, BacklogBudgetSpec, Capacity, MetricQueries, ScaleTargetRef, Scaling,
 };
 use crate::sim::scenario::Model;
-use crate::sim::server::wall_duration;
+use crate::sim::server::{ServeError, ServeOptions, WorkloadServer, wall_duration};
+
+/// Serves `model`, following the spec.replicas of the target `options` names.
+pub async fn serve(
+    model: Model,
+    options: ServeOptions,
+    client: Client,
+) -> Result<WorkloadServer, ServeError> {
+    let resource =
+        ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", &options.target_kind));
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &options.namespace, &resource);
+    let name = options.target_name.clone();
+    let read_replicas = move || {
+        let (api, name) = (api.clone(), name.clone());
+        async move { spec_replicas(&api, &name).await }
+    };
+    WorkloadServer::start(model, options, read_replicas).await
+}
+
+/// The target's spec.replicas; `None` when it cannot be read (the server keeps its count).
+async fn spec_replicas(api: &Api<DynamicObject>, name: &str) -> Option<u32> {
+    let object = api.get_opt(name).await.ok()??;
+    object
+        .data
+        .get("spec")
+        .and_then(|s| s.get("replicas"))
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|v| u32::try_from(v).ok())
+}
 
 /// The BacklogBudget for a served workload named `name`, in wall-clock terms: the model's
 /// deadline and windows divided by `speed`, its per-replica rate multiplied by it; the queries

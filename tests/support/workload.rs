@@ -3,6 +3,7 @@
 //! real Prometheus, and a BacklogBudget written in wall-clock terms for that speed.
 
 use backlog_operator::api::BacklogBudget;
+use backlog_operator::served_workload;
 use backlog_operator::sim::scenario::{Model, Scenario};
 use backlog_operator::sim::server::{ServeOptions, WorkloadServer};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -60,7 +61,7 @@ pub async fn serve(
     speed: f64,
     job: &str,
 ) -> WorkloadServer {
-    let server = WorkloadServer::start(
+    let server = served_workload::serve(
         model,
         ServeOptions {
             listen: "127.0.0.1:0".parse().expect("address"),

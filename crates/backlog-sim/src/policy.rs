@@ -3,12 +3,12 @@
 
 use std::collections::VecDeque;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 
 use super::scenario::Model;
 use super::scrapes::ScrapeHistory;
-use crate::core::metric_input::Observation;
-use crate::core::scaling::{ScalingInputs, ScalingMemory, decide};
+use backlog_core::metric_input::Observation;
+use backlog_core::scaling::{ScalingInputs, ScalingMemory, decide};
 
 /// Which policy to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]

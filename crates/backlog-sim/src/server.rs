@@ -1,12 +1,14 @@
 //! The workload simulator as a server: the same model, advancing with the wall clock (or a
-//! chosen speed-up), reading its replica count from the real API server and serving the
-//! metrics a Kafka consumer would have, for a real Prometheus to scrape.
+//! chosen speed-up), following a replica count the caller reads (the operator reads it from
+//! the real API server) and serving the metrics a Kafka consumer would have, for a real
+//! Prometheus to scrape.
 //!
 //! With speed-up S the served numbers are those of a workload S times faster: counters count
 //! the same events (so `rate()` over them is S times the model's rate), ages are divided by S.
 //! A budget for it therefore states its deadline and per-replica rate in wall-clock terms.
 
 use std::fmt::Write as _;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,9 +17,6 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
-use kube::api::DynamicObject;
-use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Api, Client};
 
 use super::scenario::Model;
 use super::workload::Workload;
@@ -45,8 +44,9 @@ pub struct Snapshot {
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub listen: SocketAddr,
+    /// Where the consumer count is read from: the namespace and the Deployment (or other
+    /// apps/v1 kind) whose spec.replicas it is.
     pub namespace: String,
-    /// The Deployment (or other apps/v1 kind) whose spec.replicas is the consumer count.
     pub target_kind: String,
     pub target_name: String,
     pub speed: f64,
@@ -84,12 +84,17 @@ fn lock(snapshot: &Mutex<Snapshot>) -> std::sync::MutexGuard<'_, Snapshot> {
 const TICK: Duration = Duration::from_millis(50);
 
 impl WorkloadServer {
-    /// Starts the model thread, the replica poller and the metrics endpoint.
-    pub async fn start(
+    /// Starts the model thread, the replica poller and the metrics endpoint. The poller asks
+    /// `read_replicas` for the consumer count every 200 ms; `None` keeps the last count.
+    pub async fn start<Read, Reading>(
         model: Model,
         options: ServeOptions,
-        client: Client,
-    ) -> Result<Self, ServeError> {
+        read_replicas: Read,
+    ) -> Result<Self, ServeError>
+    where
+        Read: FnMut() -> Reading + Send + 'static,
+        Reading: Future<Output = Option<u32>> + Send + 'static,
+    {
         if !(options.speed.is_finite() && options.speed > 0.0) {
             return Err(ServeError::Speed(options.speed));
         }
@@ -113,12 +118,7 @@ impl WorkloadServer {
             std::thread::spawn(move || run_model(&model, speed, &snapshot, &stop, &replicas))
         };
 
-        let poller = tokio::spawn(poll_replicas(
-            client,
-            options.clone(),
-            replicas,
-            stop.clone(),
-        ));
+        let poller = tokio::spawn(poll_replicas(read_replicas, replicas, stop.clone()));
         let app = Router::new()
             .route("/metrics", get(metrics))
             .with_state((snapshot.clone(), options.clone()));
@@ -190,25 +190,17 @@ fn run_model(
     }
 }
 
-/// Follows the target's spec.replicas.
-async fn poll_replicas(
-    client: Client,
-    options: ServeOptions,
+/// Follows the replica count the caller reads.
+async fn poll_replicas<Read, Reading>(
+    mut read_replicas: Read,
     replicas: Arc<AtomicU32>,
     stop: Arc<AtomicBool>,
-) {
-    let resource =
-        ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", &options.target_kind));
-    let api: Api<DynamicObject> = Api::namespaced_with(client, &options.namespace, &resource);
+) where
+    Read: FnMut() -> Reading,
+    Reading: Future<Output = Option<u32>>,
+{
     while !stop.load(Ordering::SeqCst) {
-        if let Ok(Some(object)) = api.get_opt(&options.target_name).await
-            && let Some(count) = object
-                .data
-                .get("spec")
-                .and_then(|s| s.get("replicas"))
-                .and_then(serde_json::Value::as_u64)
-                .and_then(|v| u32::try_from(v).ok())
-        {
+        if let Some(count) = read_replicas().await {
             replicas.store(count, Ordering::SeqCst);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -289,5 +281,5 @@ pub fn render(snapshot: &Snapshot, options: &ServeOptions) -> String {
 /// A model duration at `speed`, as a Go duration string for a budget.
 pub fn wall_duration(model_seconds: f64, speed: f64) -> String {
     let millis = (model_seconds / speed * 1000.0).round().max(0.0);
-    crate::consumer::format_go_duration(Duration::from_millis(millis as u64))
+    backlog_consumer::format_go_duration(Duration::from_millis(millis as u64))
 }

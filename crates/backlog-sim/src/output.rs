@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::run::{SimulationResult, Summary, TimelineRow};
-use crate::core::format::{seconds, si};
+use backlog_core::format::{seconds, si};
 
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

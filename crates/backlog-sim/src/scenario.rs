@@ -4,11 +4,11 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::core::budget_config::{
+use backlog_core::budget_config::{
     AlertsDefinition, BudgetConfig, BudgetDefinition, BudgetSpecError, CapacityDefinition,
     ScalingDefinition,
 };
-use crate::core::duration::{DurationError, non_negative_seconds, positive_seconds};
+use backlog_core::duration::{DurationError, non_negative_seconds, positive_seconds};
 
 /// A scenario file.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -103,7 +103,7 @@ pub struct SimBudget {
     pub min_replicas: i32,
     pub max_replicas: i32,
     pub completion_deadline: String,
-    #[serde(default = "crate::core::budget_config::default_poll_interval")]
+    #[serde(default = "backlog_core::budget_config::default_poll_interval")]
     pub poll_interval: String,
     #[serde(default)]
     pub capacity: Option<CapacityDefinition>,

@@ -30,11 +30,11 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::scenario::{Model, Scenario, ScenarioError};
-use crate::consumer::{EffectivePolicy, PolicyError};
-use crate::core::class_breaker::{BreakerSettings, ClassSpecError};
-use crate::core::duration::{non_negative_seconds, positive_seconds};
-use crate::core::event_class::{ClassDefinition, ClassMode, PauseDefinition};
-use crate::core::retry_policy::RetryPolicyDefinition;
+use backlog_consumer::{EffectivePolicy, PolicyError};
+use backlog_core::class_breaker::{BreakerSettings, ClassSpecError};
+use backlog_core::duration::{non_negative_seconds, positive_seconds};
+use backlog_core::event_class::{ClassDefinition, ClassMode, PauseDefinition};
+use backlog_core::retry_policy::RetryPolicyDefinition;
 
 /// The `eventClasses` section of a scenario.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]

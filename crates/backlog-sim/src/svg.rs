@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::run::SimulationResult;
-use crate::core::format::{seconds, si};
+use backlog_core::format::{seconds, si};
 
 const WIDTH: f64 = 960.0;
 const PANEL_HEIGHT: f64 = 170.0;

@@ -6,19 +6,19 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::convert::Infallible;
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 use rand::RngExt;
 use serde::Serialize;
 
 use super::ExperimentModel;
-use crate::consumer::{
+use crate::workload::LatencyHistogram;
+use backlog_consumer::{
     QuarantineReason, RetryBudgetTracker, RetryDecision, RetryPlanner, is_probe,
 };
-use crate::core::class_breaker::{ClassMemory, holds_backlog, read, step};
-use crate::core::event_class::ClassState;
-use crate::core::metric_input::Observation;
-use crate::core::scaling::{ScalingInputs, ScalingMemory, decide};
-use crate::sim::workload::LatencyHistogram;
+use backlog_core::class_breaker::{ClassMemory, holds_backlog, read, step};
+use backlog_core::event_class::ClassState;
+use backlog_core::metric_input::Observation;
+use backlog_core::scaling::{ScalingInputs, ScalingMemory, decide};
 
 /// SplitMix64: a small, fast, seedable generator, so a run is a function of its seed.
 #[derive(Clone, Debug)]
@@ -732,7 +732,7 @@ fn poll_scaling(
     scrapes: &VecDeque<Scrape>,
     memory: &ScalingMemory,
     now: Timestamp,
-) -> crate::core::scaling::ScalingDecision {
+) -> backlog_core::scaling::ScalingDecision {
     let model = &world.experiment.model;
     let latest = scrapes.back();
     let held = |index: usize| holds_backlog(world.states[index]);

@@ -1,7 +1,7 @@
 //! The persistent-failure experiment as a table: each scenario with and without the breaker.
 
 use super::run::{ClassSummary, ExperimentSummary};
-use crate::core::format::seconds;
+use backlog_core::format::seconds;
 
 fn optional_seconds(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), seconds)
