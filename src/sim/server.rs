@@ -41,17 +41,29 @@ pub struct Snapshot {
     pub finished: bool,
 }
 
+/// What the served model takes as its number of consumers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConsumerCount {
+    /// The target's spec.replicas, with the scenario's pod start delay (no pods need to run).
+    #[default]
+    SpecReplicas,
+    /// The target's status.readyReplicas: real pods on a real node, so their start and stop
+    /// delays are real (the scenario's start delay is not added).
+    ReadyPods,
+}
+
 /// Where the server gets its replicas and what it calls its series.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub listen: SocketAddr,
     pub namespace: String,
-    /// The Deployment (or other apps/v1 kind) whose spec.replicas is the consumer count.
+    /// The Deployment (or other apps/v1 kind) whose replicas are the consumer count.
     pub target_kind: String,
     pub target_name: String,
     pub speed: f64,
     /// Topic and consumer group label values.
     pub topic: String,
+    pub consumers: ConsumerCount,
 }
 
 /// A running workload server; stops when dropped.
@@ -86,10 +98,13 @@ const TICK: Duration = Duration::from_millis(50);
 impl WorkloadServer {
     /// Starts the model thread, the replica poller and the metrics endpoint.
     pub async fn start(
-        model: Model,
+        mut model: Model,
         options: ServeOptions,
         client: Client,
     ) -> Result<Self, ServeError> {
+        if options.consumers == ConsumerCount::ReadyPods {
+            model.pod_start_delay = 0.0;
+        }
         if !(options.speed.is_finite() && options.speed > 0.0) {
             return Err(ServeError::Speed(options.speed));
         }
@@ -190,7 +205,7 @@ fn run_model(
     }
 }
 
-/// Follows the target's spec.replicas.
+/// Follows the target's spec.replicas or status.readyReplicas.
 async fn poll_replicas(
     client: Client,
     options: ServeOptions,
@@ -200,16 +215,22 @@ async fn poll_replicas(
     let resource =
         ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", &options.target_kind));
     let api: Api<DynamicObject> = Api::namespaced_with(client, &options.namespace, &resource);
+    let (section, field) = match options.consumers {
+        ConsumerCount::SpecReplicas => ("spec", "replicas"),
+        ConsumerCount::ReadyPods => ("status", "readyReplicas"),
+    };
     while !stop.load(Ordering::SeqCst) {
-        if let Ok(Some(object)) = api.get_opt(&options.target_name).await
-            && let Some(count) = object
-                .data
-                .get("spec")
-                .and_then(|s| s.get("replicas"))
-                .and_then(serde_json::Value::as_u64)
-                .and_then(|v| u32::try_from(v).ok())
-        {
-            replicas.store(count, Ordering::SeqCst);
+        if let Ok(Some(object)) = api.get_opt(&options.target_name).await {
+            let value = object.data.get(section).map(|s| s.get(field));
+            // A Deployment without ready pods omits status.readyReplicas.
+            let count = match value {
+                Some(Some(v)) => v.as_u64().and_then(|v| u32::try_from(v).ok()),
+                Some(None) if options.consumers == ConsumerCount::ReadyPods => Some(0),
+                _ => None,
+            };
+            if let Some(count) = count {
+                replicas.store(count, Ordering::SeqCst);
+            }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
