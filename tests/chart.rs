@@ -7,7 +7,8 @@
 //! second, bare control plane (no CRDs) proves that installing the packaged chart installs the
 //! CRDs.
 //!
-//! No kubelet runs: the operator's own Pod never starts; the objects are what is tested.
+//! No kubelet runs here: the objects are what is tested (tests/node.rs runs the chart on a real
+//! node, where the operator pod starts).
 
 mod support;
 
@@ -514,7 +515,7 @@ fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
     assert!(args.contains(&"--leader-elect".to_owned()), "{args:?}");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        container["image"], "backlog-operator:0.1.0",
+        container["image"], "localhost/backlog-operator:0.1.0",
         "appVersion is the default tag"
     );
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
@@ -637,7 +638,7 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
         assert_eq!(pod.service_account_name.as_deref(), Some("ops-backlog-operator"));
         assert_eq!(
             pod.containers[0].image.as_deref(),
-            Some(format!("backlog-operator:{IMAGE_TAG}").as_str())
+            Some(format!("localhost/backlog-operator:{IMAGE_TAG}").as_str())
         );
         for (kind, namespace, found) in [
             (
