@@ -493,7 +493,7 @@ pub enum Status {
     /// No cluster state there.
     Absent,
     /// Every recorded process runs and answers its health check.
-    Running(ClusterInfo),
+    Running(Box<ClusterInfo>),
     /// Leftovers of a cluster that is not (fully) running.
     Broken(String),
 }
@@ -533,7 +533,7 @@ pub fn status(state_dir: &Path) -> Result<Status, Error> {
         problems.extend(health_problems(&info)?);
     }
     if problems.is_empty() {
-        Ok(Status::Running(info))
+        Ok(Status::Running(Box::new(info)))
     } else {
         Ok(Status::Broken(problems.join("; ")))
     }
