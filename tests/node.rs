@@ -21,12 +21,12 @@ use backlog_operator::controller::budget::control_document::configmap_name;
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::helm::Helm;
 use support::operator::Operator;
 use support::workload::{apply_budget, budget, model};
@@ -49,29 +49,6 @@ const STEP: Duration = Duration::from_secs(90);
 
 /// One chart release at a time: the chart's ClusterRole and admission policy are cluster-wide.
 static RELEASE: Mutex<()> = Mutex::new(());
-
-fn restricted_labels() -> Value {
-    json!({
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-    })
-}
-
-/// A fresh namespace whose pods must meet the restricted Pod Security Standard.
-fn restricted_namespace(env: &TestEnv, prefix: &str) -> String {
-    let name = env.fresh_namespace(prefix);
-    env.block_on(async {
-        Api::<Namespace>::all(env.admin())
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": restricted_labels()}})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("labelling {name}: {e}"));
-    });
-    name
-}
 
 fn chart_dir() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/charts/backlog-operator").to_owned()
@@ -128,7 +105,7 @@ fn the_chart_runs_the_operator_as_a_restricted_pod_and_uninstalls_cleanly(env: &
     let _one_release = RELEASE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let namespace = restricted_namespace(env, "operator");
+    let namespace = env.fresh_restricted_namespace("operator");
     let home = env.cluster().state_dir().join("node-helm-home");
     let helm = Helm::new(env, home, env.kubeconfig_path());
     let chart = chart_dir();
@@ -250,6 +227,29 @@ fn the_chart_runs_the_operator_as_a_restricted_pod_and_uninstalls_cleanly(env: &
     env.block_on(assert_only_crds_remain(env, &namespace, release));
 }
 
+/// `Kind name` of each cluster-wide object `selector` finds.
+async fn cluster_wide<K>(
+    client: &kube::Client,
+    selector: &ListParams,
+) -> Result<Vec<String>, String>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    Ok(Api::<K>::all(client.clone())
+        .list(selector)
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .map(|o| format!("{kind} {}", o.name_any()))
+        .collect())
+}
+
 /// After `helm uninstall`: nothing of the release in its namespace or cluster-wide, except
 /// what Kubernetes itself keeps in every namespace; the CRDs stay (Helm never deletes them).
 async fn assert_only_crds_remain(env: &TestEnv, namespace: &str, release: &str) {
@@ -285,30 +285,9 @@ async fn assert_only_crds_remain(env: &TestEnv, namespace: &str, release: &str) 
         namespaced!(RoleBinding, "RoleBinding", [""; 0]);
         namespaced!(Lease, "Lease", [""; 0]);
         let labelled = ListParams::default().labels(&instance);
-        for name in Api::<ClusterRole>::all(admin.clone())
-            .list(&labelled)
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-        {
-            left.push(format!("ClusterRole {}", name.name_any()));
-        }
-        for name in Api::<ClusterRoleBinding>::all(admin.clone())
-            .list(&labelled)
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-        {
-            left.push(format!("ClusterRoleBinding {}", name.name_any()));
-        }
-        for policy in Api::<ValidatingAdmissionPolicy>::all(admin.clone())
-            .list(&labelled)
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-        {
-            left.push(format!("ValidatingAdmissionPolicy {}", policy.name_any()));
-        }
+        left.extend(cluster_wide::<ClusterRole>(&admin, &labelled).await?);
+        left.extend(cluster_wide::<ClusterRoleBinding>(&admin, &labelled).await?);
+        left.extend(cluster_wide::<ValidatingAdmissionPolicy>(&admin, &labelled).await?);
         if left.is_empty() {
             Ok(())
         } else {
@@ -388,7 +367,7 @@ async fn consumer_deployment(env: &TestEnv, namespace: &str, name: &str, budget:
 }
 
 fn a_budget_scales_a_deployment_whose_pods_really_start(env: &TestEnv) {
-    let namespace = restricted_namespace(env, "real-pods");
+    let namespace = env.fresh_restricted_namespace("real-pods");
     let name = "orders";
     env.block_on(async {
         let model = model(BUSY);

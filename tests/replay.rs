@@ -198,25 +198,6 @@ fn ids(prefix: &str, count: usize) -> Vec<String> {
     (1..=count).map(|i| format!("{prefix}-{i:04}")).collect()
 }
 
-/// A namespace whose pods must meet the restricted Pod Security Standard, as the worker's do.
-fn replay_namespace(env: &TestEnv, prefix: &str) -> String {
-    let name = env.fresh_namespace(prefix);
-    env.block_on(async {
-        Api::<Namespace>::all(env.admin())
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {
-                    "pod-security.kubernetes.io/enforce": "restricted",
-                    "pod-security.kubernetes.io/enforce-version": "latest",
-                }}})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("labelling {name}: {e}"));
-    });
-    name
-}
-
 /// A replay of `ids` in batches of 2 with a canary of 2, at 50 events per second, by the
 /// reference worker.
 fn replay_body(name: &str, requested_by: &str, ids: &[&str], verification: Option<&str>) -> Value {
@@ -571,7 +552,7 @@ impl Duplicates {
 
 fn a_new_replay_freezes_its_scope_and_awaits_approval(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-new");
+    let namespace = env.fresh_restricted_namespace("replay-new");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let alice = env.client("alice");
     let list = ids("evt", 5);
@@ -637,7 +618,7 @@ fn a_new_replay_freezes_its_scope_and_awaits_approval(env: &TestEnv) {
 
 fn the_api_server_enforces_four_eyes(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-four-eyes");
+    let namespace = env.fresh_restricted_namespace("replay-four-eyes");
     let (alice, bob, carol, admin) = (
         env.client("alice"),
         env.client("bob"),
@@ -761,7 +742,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
 
 fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-flow");
+    let namespace = env.fresh_restricted_namespace("replay-flow");
     let duplicates = Duplicates::start(env, &namespace, 0.0);
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
@@ -932,7 +913,7 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
 
 fn a_failed_canary_halts_without_a_main_job(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-canary-fails");
+    let namespace = env.fresh_restricted_namespace("replay-canary-fails");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 6);
@@ -1015,7 +996,7 @@ fn a_failed_canary_halts_without_a_main_job(env: &TestEnv) {
 
 fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-verify-fails");
+    let namespace = env.fresh_restricted_namespace("replay-verify-fails");
     let duplicates = Duplicates::start(env, &namespace, 3.0);
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, admin) = (env.client("alice"), env.admin());
@@ -1056,7 +1037,7 @@ fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
 
 fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-suspend");
+    let namespace = env.fresh_restricted_namespace("replay-suspend");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, admin) = (env.client("alice"), env.admin());
     env.block_on(async {
@@ -1164,7 +1145,7 @@ fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
 
 fn the_scope_is_frozen_from_its_source_and_cannot_be_edited(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-scope");
+    let namespace = env.fresh_restricted_namespace("replay-scope");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     let list = ids("dlq", 4);
@@ -1232,7 +1213,7 @@ fn the_scope_is_frozen_from_its_source_and_cannot_be_edited(env: &TestEnv) {
 
 fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-queue");
+    let namespace = env.fresh_restricted_namespace("replay-queue");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     env.block_on(async {
@@ -1287,7 +1268,7 @@ fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
 
 fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-restart");
+    let namespace = env.fresh_restricted_namespace("replay-restart");
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 9);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
@@ -1332,7 +1313,7 @@ fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
 
 fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-cover");
+    let namespace = env.fresh_restricted_namespace("replay-cover");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 23);
@@ -1416,7 +1397,7 @@ fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
 
 fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv) {
     set_up(env);
-    let namespace = replay_namespace(env, "replay-bad-template");
+    let namespace = env.fresh_restricted_namespace("replay-bad-template");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     env.block_on(async {

@@ -303,6 +303,26 @@ impl TestEnv {
         self.block_on(self.create_namespace(prefix))
     }
 
+    /// Like [`fresh_namespace`](Self::fresh_namespace), labelled so that the API server admits
+    /// only pods that meet the restricted Pod Security Standard.
+    pub fn fresh_restricted_namespace(&self, prefix: &str) -> String {
+        let name = self.fresh_namespace(prefix);
+        self.block_on(async {
+            Api::<Namespace>::all(self.admin())
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                        "pod-security.kubernetes.io/enforce": "restricted",
+                        "pod-security.kubernetes.io/enforce-version": "latest",
+                    }}})),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("labelling {name}: {e}"));
+        });
+        name
+    }
+
     /// The async form of [`fresh_namespace`](Self::fresh_namespace).
     pub async fn create_namespace(&self, prefix: &str) -> String {
         let n = self.namespaces.fetch_add(1, Ordering::Relaxed);

@@ -196,7 +196,11 @@ fn run() -> Result<(), String> {
     }
     thread::sleep(contract.pause_between);
     if refused.is_empty() {
-        eprintln!("batch {batch}: replayed {} of {} events", ids.len(), ids.len());
+        eprintln!(
+            "batch {batch}: replayed {} of {} events",
+            ids.len(),
+            ids.len()
+        );
         Ok(())
     } else {
         Err(format!(
