@@ -53,6 +53,10 @@ pub enum Command {
         /// How many times faster than the wall clock the served workload runs.
         #[arg(long, default_value_t = 1.0)]
         speed: f64,
+        /// What the served workload counts as its consumers: the target's spec.replicas, or
+        /// its Ready pods (on a cluster with a node).
+        #[arg(long, value_enum, default_value = "spec-replicas")]
+        consumers: crate::sim::server::ConsumerCount,
     },
     /// Follow a BacklogBudget's status as a timeline, then summarize.
     Watch {

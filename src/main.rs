@@ -18,9 +18,10 @@ fn main() -> ExitCode {
             namespace,
             target,
             speed,
+            consumers,
         } => match (serve, emit_budget, target) {
             (Some(address), _, Some(target)) => {
-                serve_workload(&scenario, address, namespace, target, speed)
+                serve_workload(&scenario, address, namespace, target, speed, consumers)
             }
             (None, true, Some(target)) => emit_served_budget(&scenario, &target, speed),
             _ => simulate(&scenario, policy, output, lag_threshold),
@@ -138,6 +139,7 @@ fn serve_workload(
     namespace: String,
     target: String,
     speed: f64,
+    consumers: backlog_operator::sim::server::ConsumerCount,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use backlog_operator::sim::server::ServeOptions;
     backlog_operator::telemetry::init_logging(false);
@@ -156,6 +158,7 @@ fn serve_workload(
                 topic: target.clone(),
                 target_name: target,
                 speed,
+                consumers,
             },
             client,
         )

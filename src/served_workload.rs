@@ -10,9 +10,10 @@ use crate::api::backlog_budget::{
     Alerts, BacklogBudgetSpec, Capacity, MetricQueries, ScaleTargetRef, Scaling,
 };
 use crate::sim::scenario::Model;
-use crate::sim::server::{ServeError, ServeOptions, WorkloadServer, wall_duration};
+use crate::sim::server::{ConsumerCount, ServeError, ServeOptions, WorkloadServer, wall_duration};
 
-/// Serves `model`, following the spec.replicas of the target `options` names.
+/// Serves `model`, following the spec.replicas or the Ready pods (`options.consumers`) of the
+/// target `options` names.
 pub async fn serve(
     model: Model,
     options: ServeOptions,
@@ -22,22 +23,32 @@ pub async fn serve(
         ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", &options.target_kind));
     let api: Api<DynamicObject> = Api::namespaced_with(client, &options.namespace, &resource);
     let name = options.target_name.clone();
+    let consumers = options.consumers;
     let read_replicas = move || {
         let (api, name) = (api.clone(), name.clone());
-        async move { spec_replicas(&api, &name).await }
+        async move { consumer_count(&api, &name, consumers).await }
     };
     WorkloadServer::start(model, options, read_replicas).await
 }
 
-/// The target's spec.replicas; `None` when it cannot be read (the server keeps its count).
-async fn spec_replicas(api: &Api<DynamicObject>, name: &str) -> Option<u32> {
+/// The target's spec.replicas or status.readyReplicas; `None` when it cannot be read (the
+/// server keeps its count).
+async fn consumer_count(
+    api: &Api<DynamicObject>,
+    name: &str,
+    consumers: ConsumerCount,
+) -> Option<u32> {
     let object = api.get_opt(name).await.ok()??;
-    object
-        .data
-        .get("spec")
-        .and_then(|s| s.get("replicas"))
-        .and_then(serde_json::Value::as_u64)
-        .and_then(|v| u32::try_from(v).ok())
+    let (section, field) = match consumers {
+        ConsumerCount::SpecReplicas => ("spec", "replicas"),
+        ConsumerCount::ReadyPods => ("status", "readyReplicas"),
+    };
+    match object.data.get(section).map(|s| s.get(field)) {
+        Some(Some(value)) => value.as_u64().and_then(|v| u32::try_from(v).ok()),
+        // A Deployment without ready pods omits status.readyReplicas.
+        Some(None) if consumers == ConsumerCount::ReadyPods => Some(0),
+        _ => None,
+    }
 }
 
 /// The BacklogBudget for a served workload named `name`, in wall-clock terms: the model's

@@ -7,7 +7,8 @@
 //! second, bare control plane (no CRDs) proves that installing the packaged chart installs the
 //! CRDs.
 //!
-//! No kubelet runs: the operator's own Pod never starts; the objects are what is tested.
+//! No kubelet runs here: the objects are what is tested (tests/node.rs runs the chart on a real
+//! node, where the operator pod starts).
 
 mod support;
 
@@ -37,6 +38,7 @@ use kube::{Api, Client, Config};
 use local_cluster::{LocalCluster, Options};
 use serde_json::{Value, json};
 use support::exporter::Exporter;
+use support::helm::Helm;
 use support::operator::Operator;
 use support::{TestEnv, wait_until};
 
@@ -138,65 +140,25 @@ fn chart_dir() -> PathBuf {
 // ---------------------------------------------------------------------------------------------
 // helm
 
-/// Runs helm with its own config, cache and data directories (nothing of the user's is read or
-/// written) against `kubeconfig`.
-struct Helm {
-    binary: PathBuf,
-    home: PathBuf,
-    kubeconfig: PathBuf,
+/// Helm against `kubeconfig`, with a home of its own under the cluster's state directory.
+fn helm(env: &TestEnv, kubeconfig: &Path) -> Helm {
+    Helm::new(env, scratch_dir(env, "helm-home"), kubeconfig)
 }
 
-impl Helm {
-    fn new(env: &TestEnv, kubeconfig: &Path) -> Helm {
-        Helm {
-            binary: env.helm_path(),
-            home: scratch_dir(env, "helm-home"),
-            kubeconfig: kubeconfig.to_path_buf(),
-        }
+/// `helm template` of the chart directory with `--set` values; the rendered objects.
+fn template(helm: &Helm, sets: &[&str]) -> Vec<Value> {
+    let chart = chart_dir();
+    let mut args = vec![
+        "template",
+        "rendered",
+        chart.to_str().expect("utf-8 path"),
+        "--namespace",
+        "ops",
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
     }
-
-    fn run(&self, args: &[&str]) -> Result<String, String> {
-        let home = &self.home;
-        let output = Command::new(&self.binary)
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running helm: {e}"))?;
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-        } else {
-            Err(format!(
-                "helm {args:?} failed ({}):\n{}{}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        self.run(args).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// `helm template` of the chart directory with `--set` values; the rendered objects.
-    fn template(&self, sets: &[&str]) -> Vec<Value> {
-        let chart = chart_dir();
-        let mut args = vec![
-            "template",
-            "rendered",
-            chart.to_str().expect("utf-8 path"),
-            "--namespace",
-            "ops",
-        ];
-        for set in sets {
-            args.extend(["--set", set]);
-        }
-        documents(&self.ok(&args))
-    }
+    documents(&helm.ok(&args))
 }
 
 fn documents(yaml: &str) -> Vec<Value> {
@@ -452,7 +414,7 @@ async fn assert_budget_scaled(env: &TestEnv, namespace: &str, name: &str) {
 // Tests
 
 fn the_chart_lints_and_packages_the_crds_it_links(env: &TestEnv) {
-    let helm = Helm::new(env, env.kubeconfig_path());
+    let helm = helm(env, env.kubeconfig_path());
     let chart = chart_dir();
     let chart = chart.to_str().expect("utf-8 path");
     helm.ok(&["lint", "--strict", chart]);
@@ -527,10 +489,10 @@ fn the_chart_lints_and_packages_the_crds_it_links(env: &TestEnv) {
 }
 
 fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
-    let helm = Helm::new(env, env.kubeconfig_path());
+    let helm = helm(env, env.kubeconfig_path());
 
     // All namespaces: ClusterRole and ClusterRoleBinding; the Lease Role in the release namespace.
-    let cluster = helm.template(&["prometheusUrl=http://prometheus.monitoring:9090"]);
+    let cluster = template(&helm, &["prometheusUrl=http://prometheus.monitoring:9090"]);
     let names = kinds(&cluster);
     for kind in ["ClusterRole", "ClusterRoleBinding"] {
         assert_eq!(of_kind(&cluster, kind).len(), 1, "{kind} in {names:?}");
@@ -553,7 +515,7 @@ fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
     assert!(args.contains(&"--leader-elect".to_owned()), "{args:?}");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        container["image"], "backlog-operator:0.1.0",
+        container["image"], "localhost/backlog-operator:0.1.0",
         "appVersion is the default tag"
     );
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
@@ -584,11 +546,14 @@ fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
     );
 
     // One namespace: Role and RoleBinding there, nothing cluster-wide.
-    let namespaced = helm.template(&[
-        "watchNamespace=team-a",
-        "replay.fourEyes.enabled=false",
-        "leaderElection.enabled=false",
-    ]);
+    let namespaced = template(
+        &helm,
+        &[
+            "watchNamespace=team-a",
+            "replay.fourEyes.enabled=false",
+            "leaderElection.enabled=false",
+        ],
+    );
     let names = kinds(&namespaced);
     assert!(of_kind(&namespaced, "ClusterRole").is_empty(), "{names:?}");
     assert!(
@@ -618,7 +583,10 @@ fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
     assert!(!args.contains(&"--leader-elect".to_owned()), "{args:?}");
 
     // The four-eyes policy's param ConfigMap moves to the release namespace with the group.
-    let policy = helm.template(&["replay.fourEyes.approversGroup=payments-approvers"]);
+    let policy = template(
+        &helm,
+        &["replay.fourEyes.approversGroup=payments-approvers"],
+    );
     let binding = of_kind(&policy, "ValidatingAdmissionPolicyBinding")[0];
     assert_eq!(binding["spec"]["paramRef"]["namespace"], "ops");
     let params = of_kind(&policy, "ConfigMap")
@@ -651,7 +619,7 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let release_namespace = env.fresh_namespace("chart-ops");
     let apps = env.fresh_namespace("chart-apps");
-    let helm = Helm::new(env, env.kubeconfig_path());
+    let helm = helm(env, env.kubeconfig_path());
     install(
         &helm,
         "ops",
@@ -670,7 +638,7 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
         assert_eq!(pod.service_account_name.as_deref(), Some("ops-backlog-operator"));
         assert_eq!(
             pod.containers[0].image.as_deref(),
-            Some(format!("backlog-operator:{IMAGE_TAG}").as_str())
+            Some(format!("localhost/backlog-operator:{IMAGE_TAG}").as_str())
         );
         for (kind, namespace, found) in [
             (
@@ -873,7 +841,7 @@ fn a_namespaced_install_is_enough_for_its_namespace(env: &TestEnv) {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let release_namespace = env.fresh_namespace("chart-team");
     let watched = env.fresh_namespace("chart-team-apps");
-    let helm = Helm::new(env, env.kubeconfig_path());
+    let helm = helm(env, env.kubeconfig_path());
     let watch = format!("watchNamespace={watched}");
     // The four-eyes policy is cluster-wide: one release per cluster has it.
     install(
@@ -946,7 +914,7 @@ impl Drop for Running {
 fn the_binary_accepts_the_charts_arguments_and_leads_with_its_lease_role(env: &TestEnv) {
     let release_namespace = env.fresh_namespace("chart-lease");
     let quiet = env.fresh_namespace("chart-lease-apps");
-    let helm = Helm::new(env, env.kubeconfig_path());
+    let helm = helm(env, env.kubeconfig_path());
     install(
         &helm,
         "lease",
@@ -1053,7 +1021,7 @@ fn installing_the_packaged_chart_installs_the_crds(env: &TestEnv) {
     let empty = scratch_dir(env, "bare-repo");
     let bare = LocalCluster::start(Options::default().prometheus(false).repo_root(&empty))
         .expect("a bare control plane");
-    let helm = Helm::new(env, bare.kubeconfig_path());
+    let helm = helm(env, bare.kubeconfig_path());
     let out = scratch_dir(env, "bare-package");
     let chart = chart_dir();
     helm.ok(&[

@@ -1,10 +1,9 @@
-//! Replays against the real API server and the real Prometheus: alice asks, bob approves, the
-//! API server's admission policy (the chart's very file) refuses everything else, and the
-//! operator — running in this process — freezes the scope, runs the canary, checks Prometheus,
-//! runs the rest, halts on failure and survives restarts.
-//!
-//! No controller-manager runs: the tests set Job status themselves, as Kubernetes' Job
-//! controller would.
+//! Replays on a real node with the real Prometheus: alice asks, bob approves, the API server's
+//! admission policy (the chart's very file) refuses everything else, and the operator —
+//! running in this process — freezes the scope, runs the canary, checks Prometheus, runs the
+//! rest, halts on failure and survives restarts. The Jobs are run by Kubernetes' own Job
+//! controller: their pods are the reference worker (`make image`), in namespaces that enforce
+//! the restricted Pod Security Standard, and their logs show every event replayed.
 
 mod support;
 
@@ -19,10 +18,10 @@ use backlog_operator::controller::replay::{
     EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, LogParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -34,10 +33,12 @@ const POLICY_FILE: &str = "charts/backlog-operator/policies/replayjob-four-eyes.
 const POLICY_NAMESPACE: &str = "backlog-operator";
 /// How long the operator may take for one step (a reconcile, a Prometheus scrape, a retry).
 const STEP: Duration = Duration::from_secs(60);
+/// How long a Job may take on the node: its pods start one batch after the other.
+const JOB_RUN: Duration = Duration::from_secs(120);
 const SOURCE: &str = "orders.dlq";
 
 fn main() -> ExitCode {
-    support::run(
+    support::run_on_node(
         support::tests![
             a_new_replay_freezes_its_scope_and_awaits_approval,
             the_api_server_enforces_four_eyes,
@@ -197,7 +198,8 @@ fn ids(prefix: &str, count: usize) -> Vec<String> {
     (1..=count).map(|i| format!("{prefix}-{i:04}")).collect()
 }
 
-/// A replay of `ids` in batches of 2 with a canary of 2, at 5 events per second.
+/// A replay of `ids` in batches of 2 with a canary of 2, at 50 events per second, by the
+/// reference worker.
 fn replay_body(name: &str, requested_by: &str, ids: &[&str], verification: Option<&str>) -> Value {
     let mut body = json!({
         "apiVersion": "backlog.dev/v1alpha1",
@@ -210,11 +212,10 @@ fn replay_body(name: &str, requested_by: &str, ids: &[&str], verification: Optio
             "reason": "order.created events failed schema validation before the fix",
             "requestedBy": requested_by,
             "rootCauseFix": {"reference": "CHANGE-4711", "verified": true},
-            "batches": {"size": 2, "canary": 2, "ratePerSecond": 5, "pauseBetween": "10s"},
+            "batches": {"size": 2, "canary": 2, "ratePerSecond": 50, "pauseBetween": "0s"},
             "template": {"spec": {"containers": [{
                 "name": "replay",
-                "image": "registry.example.com/orders/replay-tool:1.4.2",
-                "args": ["--ids", "$(REPLAY_EVENT_IDS_FILE)"],
+                "image": support::image("backlog-replay-worker"),
             }]}},
         }
     });
@@ -321,6 +322,20 @@ async fn wait_phase(client: &Client, namespace: &str, name: &str, want: ReplayPh
     .await
 }
 
+/// Waits until the replay has started a stage (its phase is Canary or later); on the node a
+/// short stage may be over before a poll sees it.
+async fn wait_started(client: &Client, namespace: &str, name: &str) -> ReplayJob {
+    use ReplayPhase::{Canary, Running, Succeeded, Verifying};
+    wait_until(STEP, &format!("ReplayJob {name} has started"), || async {
+        let replay = get_replay(client, namespace, name).await;
+        match phase(&replay) {
+            Some(Canary | Verifying | Running | Succeeded) => Ok(replay),
+            other => Err(format!("phase {other:?}")),
+        }
+    })
+    .await
+}
+
 /// The Jobs of a replay, by stage.
 async fn jobs_of(client: &Client, namespace: &str, replay: &str) -> BTreeMap<String, Vec<Job>> {
     let listed = Api::<Job>::namespaced(client.clone(), namespace)
@@ -416,75 +431,79 @@ fn assert_no_reconcile_errors(operator: &Operator) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Driving Jobs (what the Job controller would do)
+// Jobs, run by the Job controller on the node
 
-fn index_list(from: usize, to: usize) -> Option<String> {
-    match to.checked_sub(from) {
-        None | Some(0) => None,
-        Some(1) => Some(from.to_string()),
-        Some(_) => Some(format!("{from}-{}", to - 1)),
-    }
+/// Waits until the Job finished (Complete or Failed) and returns it.
+async fn wait_job_finished(env: &TestEnv, namespace: &str, job: &Job) -> Job {
+    let jobs = Api::<Job>::namespaced(env.admin(), namespace);
+    let name = job.name_any();
+    wait_until(JOB_RUN, &format!("Job {name} finishes"), || async {
+        let job = jobs.get(&name).await.map_err(|e| e.to_string())?;
+        let finished = job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+            });
+        if finished {
+            Ok(job)
+        } else {
+            Err(format!("{:?}", job.status))
+        }
+    })
+    .await
 }
 
-fn job_condition(type_: &str, reason: &str, at: &str) -> Value {
-    json!({"type": type_, "status": "True", "reason": reason, "message": "set by the test",
-           "lastTransitionTime": at, "lastProbeTime": at})
+/// The condition of a finished Job (`Complete` or `Failed`) with its reason.
+fn job_outcome(job: &Job) -> Option<(String, String)> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        .map(|c| (c.type_.clone(), c.reason.clone().unwrap_or_default()))
 }
 
-fn times() -> (String, String) {
-    let now = Timestamp::now();
-    let start = now - SignedDuration::from_secs(60);
-    (start.to_string(), now.to_string())
-}
-
-/// Every index of the Job succeeded.
-async fn succeed_job(namespace: &str, env: &TestEnv, job: &Job) {
-    let completions = job.spec.as_ref().and_then(|s| s.completions).unwrap_or(1) as usize;
-    let (start, now) = times();
-    let status = json!({"status": {
-        "startTime": start,
-        "completionTime": now,
-        "completedIndexes": index_list(0, completions).unwrap_or_default(),
-        "succeeded": completions,
-        "conditions": [
-            job_condition("SuccessCriteriaMet", "CompletionsReached", &now),
-            job_condition("Complete", "CompletionsReached", &now),
-        ],
-    }});
-    Api::<Job>::namespaced(env.admin(), namespace)
-        .patch_status(
-            &job.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(status),
-        )
+/// What the worker pods of `job` printed on stdout: one JSON line per event, in index order.
+async fn worker_lines(env: &TestEnv, namespace: &str, job: &str) -> Vec<Value> {
+    let pods = Api::<Pod>::namespaced(env.admin(), namespace);
+    let mut listed = pods
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
         .await
-        .unwrap_or_else(|e| panic!("completing Job {}: {e}", job.name_any()));
+        .unwrap_or_else(|e| panic!("listing the pods of Job {job}: {e}"))
+        .items;
+    let index = |pod: &Pod| -> usize {
+        pod.annotations()
+            .get("batch.kubernetes.io/job-completion-index")
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(usize::MAX)
+    };
+    listed.sort_by_key(index);
+    let mut lines = Vec::new();
+    for pod in listed {
+        let logs = pods
+            .logs(&pod.name_any(), &LogParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("logs of {}: {e}", pod.name_any()));
+        lines.extend(
+            logs.lines()
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok()),
+        );
+    }
+    lines
 }
 
-/// Indices before `failed_index` succeeded, that one failed for good.
-async fn fail_job(namespace: &str, env: &TestEnv, job: &Job, failed_index: usize) {
-    let (start, now) = times();
-    let mut status = json!({
-        "startTime": start,
-        "failedIndexes": failed_index.to_string(),
-        "succeeded": failed_index,
-        "failed": 1,
-        "conditions": [
-            job_condition("FailureTarget", "MaxFailedIndexesExceeded", &now),
-            job_condition("Failed", "MaxFailedIndexesExceeded", &now),
-        ],
-    });
-    if let Some(done) = index_list(0, failed_index) {
-        status["completedIndexes"] = json!(done);
-    }
-    Api::<Job>::namespaced(env.admin(), namespace)
-        .patch_status(
-            &job.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
+/// The event ids the worker pods of `job` replayed, in order.
+async fn replayed_ids(env: &TestEnv, namespace: &str, job: &str) -> Vec<String> {
+    worker_lines(env, namespace, job)
         .await
-        .unwrap_or_else(|e| panic!("failing Job {}: {e}", job.name_any()));
+        .into_iter()
+        .filter(|line| line["outcome"] == "replayed")
+        .filter_map(|line| line["eventId"].as_str().map(str::to_owned))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -533,7 +552,7 @@ impl Duplicates {
 
 fn a_new_replay_freezes_its_scope_and_awaits_approval(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-new");
+    let namespace = env.fresh_restricted_namespace("replay-new");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let alice = env.client("alice");
     let list = ids("evt", 5);
@@ -599,7 +618,7 @@ fn a_new_replay_freezes_its_scope_and_awaits_approval(env: &TestEnv) {
 
 fn the_api_server_enforces_four_eyes(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-four-eyes");
+    let namespace = env.fresh_restricted_namespace("replay-four-eyes");
     let (alice, bob, carol, admin) = (
         env.client("alice"),
         env.client("bob"),
@@ -723,18 +742,19 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
 
 fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-flow");
+    let namespace = env.fresh_restricted_namespace("replay-flow");
     let duplicates = Duplicates::start(env, &namespace, 0.0);
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     let list = ids("ord", 7);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
     env.block_on(async {
-        create_as(
-            &alice,
-            &namespace,
-            replay_body("orders", "alice", &refs, Some(&duplicates.check())),
-        )
+        create_as(&alice, &namespace, {
+            // A pause after each batch keeps every stage running long enough to be seen.
+            let mut body = replay_body("orders", "alice", &refs, Some(&duplicates.check()));
+            body["spec"]["batches"]["pauseBetween"] = json!("3s");
+            body
+        })
         .await
         .expect("alice creates");
         wait_phase(&alice, &namespace, "orders", ReplayPhase::AwaitingApproval).await;
@@ -771,8 +791,8 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
             ("REPLAY_FIRST_EVENT", "0".to_owned()),
             ("REPLAY_EVENT_COUNT", "2".to_owned()),
             ("REPLAY_BATCH_SIZE", "2".to_owned()),
-            ("REPLAY_RATE_PER_SECOND", "5".to_owned()),
-            ("REPLAY_PAUSE_BETWEEN", "10s".to_owned()),
+            ("REPLAY_RATE_PER_SECOND", "50".to_owned()),
+            ("REPLAY_PAUSE_BETWEEN", "3s".to_owned()),
         ] {
             assert_eq!(env_vars.get(key), Some(&want), "{key} in {env_vars:?}");
         }
@@ -815,8 +835,13 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
                 .contains_key("main")
         );
 
-        // The canary succeeds and Prometheus says there are no duplicates: the rest runs.
-        succeed_job(&namespace, env, &canary).await;
+        // The canary's worker replays its batch and the Job controller completes the Job;
+        // Prometheus says there are no duplicates: the rest runs.
+        let finished = wait_job_finished(env, &namespace, &canary).await;
+        assert_eq!(
+            job_outcome(&finished).map(|(kind, _)| kind).as_deref(),
+            Some("Complete")
+        );
         let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
         let replay = wait_phase(&alice, &namespace, "orders", ReplayPhase::Running).await;
         assert_eq!(
@@ -835,8 +860,23 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
         assert_eq!(main_env["REPLAY_EVENT_COUNT"], "5");
         assert_eq!(main_env["REPLAY_FIRST_BATCH"], "1");
 
-        succeed_job(&namespace, env, &main).await;
+        wait_job_finished(env, &namespace, &main).await;
         let done = wait_phase(&alice, &namespace, "orders", ReplayPhase::Succeeded).await;
+        // The workers' own account: every id once, in the frozen order, the canary's first,
+        // each with the operation id and the destination.
+        let lines = worker_lines(env, &namespace, &canary.name_any()).await;
+        let operation = done.status.as_ref().and_then(|s| s.operation_id.clone());
+        assert!(
+            lines
+                .iter()
+                .all(|l| l["operationId"].as_str() == operation.as_deref()
+                    && l["destination"] == "orders"),
+            "{lines:?}"
+        );
+        let mut replayed = replayed_ids(env, &namespace, &canary.name_any()).await;
+        assert_eq!(replayed, refs[..2], "the canary replays the first batch");
+        replayed.extend(replayed_ids(env, &namespace, &main.name_any()).await);
+        assert_eq!(replayed, refs, "every id exactly once, in order");
         let status = done.status.expect("status");
         assert_eq!(status.batches_total, Some(4));
         assert_eq!(status.batches_succeeded, Some(4));
@@ -873,30 +913,41 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
 
 fn a_failed_canary_halts_without_a_main_job(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-canary-fails");
+    let namespace = env.fresh_restricted_namespace("replay-canary-fails");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 6);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
     env.block_on(async {
-        let canary = approved_until_canary(
-            env,
-            &namespace,
-            "orders",
-            replay_body("orders", "alice", &refs, None),
-        )
-        .await;
-        fail_job(&namespace, env, &canary, 0).await;
+        // The destination refuses the canary's second event: its batch (index 0) fails, and
+        // with no retries per batch the Job controller fails the Job.
+        let mut body = replay_body("orders", "alice", &refs, None);
+        body["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "REPLAY_WORKER_REJECT", "value": refs[1]}]);
+        let canary = approved_until_canary(env, &namespace, "orders", body).await;
+        let failed = wait_job_finished(env, &namespace, &canary).await;
+        let (kind, reason) = job_outcome(&failed).expect("an outcome");
+        assert_eq!(kind, "Failed", "{reason}");
+        assert_eq!(
+            failed
+                .status
+                .as_ref()
+                .and_then(|s| s.failed_indexes.as_deref()),
+            Some("0")
+        );
         let halted = wait_phase(&alice, &namespace, "orders", ReplayPhase::Halted).await;
         let condition = condition(&halted, "Halted").expect("Halted condition");
         assert_eq!(
             (condition.status.as_str(), condition.reason.as_str()),
             ("True", "BatchFailed")
         );
-        assert_mentions(
-            &condition.message,
-            &["batch 0", "canary", "MaxFailedIndexesExceeded"],
-            "halt",
+        assert_mentions(&condition.message, &["batch 0", "canary", &reason], "halt");
+        let lines = worker_lines(env, &namespace, &canary.name_any()).await;
+        assert!(
+            lines
+                .iter()
+                .any(|l| l["eventId"] == refs[1] && l["outcome"] == "refused"),
+            "the worker says which event was refused: {lines:?}"
         );
         assert_eq!(
             halted.status.as_ref().and_then(|s| s.batches_failed),
@@ -945,7 +996,7 @@ fn a_failed_canary_halts_without_a_main_job(env: &TestEnv) {
 
 fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-verify-fails");
+    let namespace = env.fresh_restricted_namespace("replay-verify-fails");
     let duplicates = Duplicates::start(env, &namespace, 3.0);
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, admin) = (env.client("alice"), env.admin());
@@ -959,7 +1010,7 @@ fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
             replay_body("orders", "alice", &refs, Some(&duplicates.check())),
         )
         .await;
-        succeed_job(&namespace, env, &canary).await;
+        wait_job_finished(env, &namespace, &canary).await;
         let halted = wait_phase(&alice, &namespace, "orders", ReplayPhase::Halted).await;
         let halt = condition(&halted, "Halted").expect("Halted condition");
         assert_eq!(halt.reason, "VerificationFailed");
@@ -986,17 +1037,15 @@ fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
 
 fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-suspend");
+    let namespace = env.fresh_restricted_namespace("replay-suspend");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, admin) = (env.client("alice"), env.admin());
     env.block_on(async {
-        let canary = approved_until_canary(
-            env,
-            &namespace,
-            "orders",
-            replay_body("orders", "alice", &["a", "b", "c"], None),
-        )
-        .await;
+        // The canary's worker waits a minute after its batch: it is still running when
+        // alice suspends.
+        let mut body = replay_body("orders", "alice", &["a", "b", "c"], None);
+        body["spec"]["batches"]["pauseBetween"] = json!("60s");
+        let canary = approved_until_canary(env, &namespace, "orders", body).await;
         let jobs = Api::<Job>::namespaced(admin.clone(), &namespace);
         let suspended_is = |want: bool| {
             let jobs = jobs.clone();
@@ -1007,6 +1056,31 @@ fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
             }
         };
         assert!(suspended_is(false).await);
+        let pods = Api::<Pod>::namespaced(admin.clone(), &namespace);
+        let selector = format!("batch.kubernetes.io/job-name={}", canary.name_any());
+        let running_pods = || {
+            let (pods, selector) = (pods.clone(), selector.clone());
+            async move {
+                pods.list(&ListParams::default().labels(&selector))
+                    .await
+                    .map(|l| {
+                        l.items
+                            .into_iter()
+                            .filter(|p| {
+                                p.metadata.deletion_timestamp.is_none()
+                                    && p.status.as_ref().and_then(|s| s.phase.as_deref())
+                                        == Some("Running")
+                            })
+                            .map(|p| p.name_any())
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default()
+            }
+        };
+        let first = wait_until(JOB_RUN, "the canary's worker pod runs", || async {
+            running_pods().await.into_iter().next()
+        })
+        .await;
 
         patch_as(
             &alice,
@@ -1017,6 +1091,21 @@ fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
         .await
         .expect("alice suspends");
         wait_until(STEP, "the Job is suspended", || suspended_is(true)).await;
+        // The Job controller ends the running pod of a suspended Job.
+        wait_until(STEP, "the worker pod is gone", || async {
+            let all = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .map(|p| p.name_any())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            (!all.contains(&first)).then_some(()).ok_or(all)
+        })
+        .await;
         let replay = wait_phase(&alice, &namespace, "orders", ReplayPhase::Suspended).await;
         assert_mentions(
             replay
@@ -1037,6 +1126,14 @@ fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
         .await
         .expect("alice resumes");
         wait_until(STEP, "the Job runs again", || suspended_is(false)).await;
+        let second = wait_until(JOB_RUN, "a new worker pod runs", || async {
+            running_pods().await.into_iter().next()
+        })
+        .await;
+        assert_ne!(
+            first, second,
+            "resuming starts the batch again in a new pod"
+        );
         wait_phase(&alice, &namespace, "orders", ReplayPhase::Canary).await;
         assert_eq!(
             jobs_of(&admin, &namespace, "orders").await["canary"].len(),
@@ -1048,7 +1145,7 @@ fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
 
 fn the_scope_is_frozen_from_its_source_and_cannot_be_edited(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-scope");
+    let namespace = env.fresh_restricted_namespace("replay-scope");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     let list = ids("dlq", 4);
@@ -1116,25 +1213,18 @@ fn the_scope_is_frozen_from_its_source_and_cannot_be_edited(env: &TestEnv) {
 
 fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-queue");
+    let namespace = env.fresh_restricted_namespace("replay-queue");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     env.block_on(async {
-        let canary = approved_until_canary(
-            env,
-            &namespace,
-            "first",
-            replay_body("first", "alice", &["a", "b", "c"], None),
-        )
-        .await;
+        // Each batch of the first waits 8s after replaying: it runs while the second asks.
+        let mut first = replay_body("first", "alice", &["a", "b", "c"], None);
+        first["spec"]["batches"]["pauseBetween"] = json!("8s");
+        let canary = approved_until_canary(env, &namespace, "first", first).await;
 
-        create_as(
-            &alice,
-            &namespace,
-            replay_body("second", "alice", &["x", "y"], None),
-        )
-        .await
-        .expect("second");
+        let mut second = replay_body("second", "alice", &["x", "y"], None);
+        second["spec"]["batches"]["pauseBetween"] = json!("3s");
+        create_as(&alice, &namespace, second).await.expect("second");
         approve_as(&bob, &namespace, "second", "bob")
             .await
             .expect("approve second");
@@ -1162,12 +1252,12 @@ fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
         assert!(jobs_of(&admin, &namespace, "second").await.is_empty());
 
         // The first one ends: the second starts.
-        succeed_job(&namespace, env, &canary).await;
+        wait_job_finished(env, &namespace, &canary).await;
         let main = wait_stage_job(&admin, &namespace, "first", "main").await;
-        succeed_job(&namespace, env, &main).await;
+        wait_job_finished(env, &namespace, &main).await;
         wait_phase(&alice, &namespace, "first", ReplayPhase::Succeeded).await;
         wait_stage_job(&admin, &namespace, "second", "canary").await;
-        let second = wait_phase(&alice, &namespace, "second", ReplayPhase::Canary).await;
+        let second = wait_started(&alice, &namespace, "second").await;
         assert_eq!(
             condition(&second, "Waiting").map(|c| c.status.as_str()),
             Some("False")
@@ -1178,23 +1268,18 @@ fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
 
 fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-restart");
+    let namespace = env.fresh_restricted_namespace("replay-restart");
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 9);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
     let mut operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
-    let canary = env.block_on(async {
-        approved_until_canary(
-            env,
-            &namespace,
-            "orders",
-            replay_body("orders", "alice", &refs, None),
-        )
-        .await
-    });
-    // Stopped like a crash, between the stages.
+    // Each batch waits 3s after replaying: the main stage runs long enough to be seen running.
+    let mut body = replay_body("orders", "alice", &refs, None);
+    body["spec"]["batches"]["pauseBetween"] = json!("3s");
+    let canary = env.block_on(approved_until_canary(env, &namespace, "orders", body));
+    // Stopped like a crash, between the stages: the canary completes meanwhile.
     operator.stop();
-    env.block_on(succeed_job(&namespace, env, &canary));
+    env.block_on(wait_job_finished(env, &namespace, &canary));
     let mut operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let main = env.block_on(async {
         let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
@@ -1205,7 +1290,7 @@ fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
     // A third start with nothing new: it finds both Jobs and creates neither again.
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     env.block_on(async {
-        succeed_job(&namespace, env, &main).await;
+        wait_job_finished(env, &namespace, &main).await;
         wait_phase(&alice, &namespace, "orders", ReplayPhase::Succeeded).await;
         let jobs = jobs_of(&admin, &namespace, "orders").await;
         assert_eq!(jobs.len(), 2, "{:?}", jobs.keys());
@@ -1228,7 +1313,7 @@ fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
 
 fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-cover");
+    let namespace = env.fresh_restricted_namespace("replay-cover");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 23);
@@ -1237,7 +1322,7 @@ fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
         let mut body = replay_body("orders", "alice", &refs, None);
         body["spec"]["batches"] = json!({"size": 4, "canary": 3, "ratePerSecond": 50});
         let canary = approved_until_canary(env, &namespace, "orders", body).await;
-        succeed_job(&namespace, env, &canary).await;
+        wait_job_finished(env, &namespace, &canary).await;
         let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
 
         let replay = get_replay(&alice, &namespace, "orders").await;
@@ -1291,13 +1376,28 @@ fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
             1 + 5,
             "a canary of 3 and 20 ids in batches of 4"
         );
+
+        // And what the workers did: every id exactly once, in order, with its batch number.
+        wait_job_finished(env, &namespace, &main).await;
+        let mut done = Vec::new();
+        for job in [&canary, &main] {
+            done.extend(worker_lines(env, &namespace, &job.name_any()).await);
+        }
+        let done_ids: Vec<&str> = done.iter().filter_map(|l| l["eventId"].as_str()).collect();
+        assert_eq!(
+            done_ids, refs,
+            "the workers replayed every id once, in order"
+        );
+        let done_batches: Vec<u64> = done.iter().filter_map(|l| l["batch"].as_u64()).collect();
+        let expected: Vec<u64> = replayed_batches(&batches, &lines, &[3, 4, 4, 4, 4, 4]);
+        assert_eq!(done_batches, expected);
     });
     assert_no_reconcile_errors(&operator);
 }
 
 fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv) {
     set_up(env);
-    let namespace = env.fresh_namespace("replay-bad-template");
+    let namespace = env.fresh_restricted_namespace("replay-bad-template");
     let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     env.block_on(async {
@@ -1318,12 +1418,12 @@ fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv)
         patch_as(&bob, &namespace, "orders", json!({"spec": {"approval": null}}))
             .await
             .expect("bob withdraws");
-        patch_as(&alice, &namespace, "orders", json!({"spec": {"template": {"spec": {"containers": [{"name": "replay", "image": "registry.example.com/replay:1"}]}}}}))
+        patch_as(&alice, &namespace, "orders", json!({"spec": {"template": {"spec": {"containers": [{"name": "replay", "image": support::image("backlog-replay-worker")}]}}}}))
             .await
             .expect("alice fixes the template");
         approve_as(&bob, &namespace, "orders", "bob").await.expect("bob approves again");
         wait_stage_job(&admin, &namespace, "orders", "canary").await;
-        let running = wait_phase(&alice, &namespace, "orders", ReplayPhase::Canary).await;
+        let running = wait_started(&alice, &namespace, "orders").await;
         wait_until(STEP, "the Job counts as accepted", || async {
             let replay = get_replay(&alice, &namespace, "orders").await;
             condition(&replay, "JobAccepted").map(|c| c.status.clone()) == Some("True".to_owned())
@@ -1332,4 +1432,14 @@ fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv)
         assert!(running.status.is_some());
     });
     assert_no_reconcile_errors(&operator);
+}
+
+/// The batch number of each replayed line, given the batches' sizes in order.
+fn replayed_batches(batches: &[usize], lines: &[&str], sizes: &[usize]) -> Vec<u64> {
+    assert_eq!(sizes.iter().sum::<usize>(), lines.len());
+    batches
+        .iter()
+        .zip(sizes)
+        .flat_map(|(batch, size)| std::iter::repeat_n(*batch as u64, *size))
+        .collect()
 }

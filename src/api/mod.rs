@@ -3,6 +3,7 @@
 pub mod backlog_budget;
 pub mod conditions;
 pub mod definitions;
+pub mod readiness;
 pub mod replay_job;
 pub mod retry_policy;
 pub mod validation;

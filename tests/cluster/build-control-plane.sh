@@ -4,7 +4,18 @@
 # the first run on a machine pays for the build. Prints the binary directory.
 # Also builds helm (build-helm.sh, cached the same way under its own version)
 # for the chart tests.
+#
+# With --node it also builds what a node needs (`local-cluster up --node`):
+# kube-controller-manager, kube-scheduler, kubelet and kube-proxy from the same
+# wrapper module, and the pod sandbox's pause program (go/pause).
 set -euo pipefail
+node=false
+for arg in "$@"; do
+  case $arg in
+    --node) node=true ;;
+    *) echo "usage: $0 [--node]" >&2; exit 2 ;;
+  esac
+done
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
@@ -15,6 +26,14 @@ mkdir -p "$bin_dir"
 
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 
+# Several checkouts on one machine share the cache: one build at a time, the
+# others wait and then find the binaries built.
+exec 9>"$bin_dir/.lock"
+if ! flock -n 9; then
+  log "waiting for another build into $bin_dir to finish"
+  flock 9
+fi
+
 # A binary is reused only when it exists and reports the pinned version, so a
 # half-written file from an interrupted build is rebuilt, not trusted.
 # The output is captured before matching: `cmd | grep -q` under pipefail fails
@@ -23,7 +42,10 @@ have() {
   local bin=$1 want=$2 out
   [ -x "$bin_dir/$bin" ] || return 1
   case $bin in
-    kube-apiserver) out=$("$bin_dir/$bin" --version 2>/dev/null) && [[ $out == *"v$want"* ]] ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kube-proxy)
+      out=$("$bin_dir/$bin" --version 2>/dev/null) && [[ $out == *"v$want"* ]] ;;
+    # pause has no version of its own: it is keyed by the directory (the Kubernetes version).
+    pause) true ;;
     kubectl) out=$("$bin_dir/$bin" version --client 2>/dev/null) && [[ $out == *"v$want"* ]] ;;
     etcd) out=$("$bin_dir/$bin" --version 2>/dev/null) && [[ $out == *"etcd Version: $want"* ]] ;;
   esac
@@ -49,9 +71,29 @@ build() {
   mv -f "$tmp" "$bin_dir/$bin"
 }
 
+# The Kubernetes commands come from one module: one `go build` of all missing
+# ones compiles their shared packages once.
+kube_commands=(kube-apiserver kubectl)
+if $node; then
+  kube_commands+=(kube-controller-manager kube-scheduler kubelet kube-proxy)
+fi
+missing=()
+for bin in "${kube_commands[@]}"; do
+  have "$bin" "$KUBERNETES_VERSION" || missing+=("$bin")
+done
+
 have etcd "$ETCD_VERSION" || build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
-have kube-apiserver "$KUBERNETES_VERSION" || build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
-have kubectl "$KUBERNETES_VERSION" || build kube kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldflags"
+if [ ${#missing[@]} -gt 0 ]; then
+  log "building ${missing[*]} (first run on this machine; several minutes)"
+  tmp_dir=$(mktemp -d "$bin_dir/.build.XXXXXX")
+  trap 'rm -rf "$tmp_dir"' EXIT
+  (cd "$here/go/kube" && go build -trimpath -ldflags "$kube_ldflags" -o "$tmp_dir/" \
+    "${missing[@]/#/k8s.io/kubernetes/cmd/}")
+  for bin in "${missing[@]}"; do mv -f "$tmp_dir/$bin" "$bin_dir/$bin"; done
+fi
+if $node; then
+  have pause "" || build pause pause . "-s -w"
+fi
 bash "$here/build-helm.sh" >/dev/null
 
 echo "$bin_dir"

@@ -24,6 +24,7 @@
 #![allow(dead_code)] // every test binary uses a different part of this module
 
 pub mod exporter;
+pub mod helm;
 pub mod operator;
 pub mod workload;
 
@@ -86,6 +87,17 @@ pub(crate) use tests;
 /// begins, so `--list` and filters that select nothing start no cluster; it
 /// is stopped after the last test, before this returns.
 pub fn run(tests: Vec<Test>, needs_prometheus: bool) -> ExitCode {
+    run_with(tests, needs_prometheus, false)
+}
+
+/// Like [`run`], on a cluster with a real node (kubelet, containerd, controller-manager,
+/// scheduler, kube-proxy in a network namespace of its own) that runs the images `make image`
+/// wrote. If the node cannot start, every test fails with the reason.
+pub fn run_on_node(tests: Vec<Test>, needs_prometheus: bool) -> ExitCode {
+    run_with(tests, needs_prometheus, true)
+}
+
+fn run_with(tests: Vec<Test>, needs_prometheus: bool, node: bool) -> ExitCode {
     let mut args = Arguments::from_args();
     // The tests mostly wait on the API server, not on the CPU; more threads
     // than cores keeps a 2-core machine busy.
@@ -95,6 +107,7 @@ pub fn run(tests: Vec<Test>, needs_prometheus: bool) -> ExitCode {
     let shared = Arc::new(Shared {
         env: OnceLock::new(),
         needs_prometheus,
+        node,
     });
     let trials = tests
         .into_iter()
@@ -123,12 +136,13 @@ pub fn run(tests: Vec<Test>, needs_prometheus: bool) -> ExitCode {
 struct Shared {
     env: OnceLock<Result<TestEnv, String>>,
     needs_prometheus: bool,
+    node: bool,
 }
 
 impl Shared {
     fn env(&self) -> Result<&TestEnv, String> {
         self.env
-            .get_or_init(|| TestEnv::start(self.needs_prometheus))
+            .get_or_init(|| TestEnv::start(self.needs_prometheus, self.node))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -145,13 +159,22 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    fn start(needs_prometheus: bool) -> Result<TestEnv, String> {
+    fn start(needs_prometheus: bool, node: bool) -> Result<TestEnv, String> {
         let started = Instant::now();
         // kube, ureq and reqwest share rustls; install its one provider
         // explicitly. An error only means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let cluster = LocalCluster::start(Options::default().prometheus(needs_prometheus))
-            .map_err(|e| format!("the local control plane did not start: {e}"))?;
+        let mut options = Options::default().prometheus(needs_prometheus);
+        if node {
+            options = options.node(image_archives()?);
+        }
+        let cluster = LocalCluster::start(options).map_err(|e| {
+            if node {
+                format!("the local cluster with a node did not start: {e}")
+            } else {
+                format!("the local control plane did not start: {e}")
+            }
+        })?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -171,7 +194,12 @@ impl TestEnv {
             configs.insert(user.to_string(), config);
         }
         eprintln!(
-            "local control plane v{} ready at {} in {:.1}s (state: {})",
+            "local {} v{} ready at {} in {:.1}s (state: {})",
+            if node {
+                "cluster with a node"
+            } else {
+                "control plane"
+            },
             local_cluster::kubernetes_version(),
             cluster.apiserver_url(),
             started.elapsed().as_secs_f64(),
@@ -239,6 +267,14 @@ impl TestEnv {
             .expect("Prometheus was not started: pass needs_prometheus = true to support::run")
     }
 
+    /// Prometheus as pods on the node reach it (`http://10.250.0.1:PORT`).
+    pub fn prometheus_url_from_pods(&self) -> &str {
+        self.cluster
+            .node()
+            .and_then(|n| n.prometheus_url.as_deref())
+            .expect("no node with Prometheus: use support::run_on_node(tests, true)")
+    }
+
     /// Lets Prometheus scrape `target` (`127.0.0.1:PORT`) as job `job_name`.
     pub fn add_scrape_target(&self, job_name: &str, target: &str, labels: &[(&str, &str)]) {
         self.cluster
@@ -265,6 +301,26 @@ impl TestEnv {
     /// returns its name. For async code use [`create_namespace`](Self::create_namespace).
     pub fn fresh_namespace(&self, prefix: &str) -> String {
         self.block_on(self.create_namespace(prefix))
+    }
+
+    /// Like [`fresh_namespace`](Self::fresh_namespace), labelled so that the API server admits
+    /// only pods that meet the restricted Pod Security Standard.
+    pub fn fresh_restricted_namespace(&self, prefix: &str) -> String {
+        let name = self.fresh_namespace(prefix);
+        self.block_on(async {
+            Api::<Namespace>::all(self.admin())
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                        "pod-security.kubernetes.io/enforce": "restricted",
+                        "pod-security.kubernetes.io/enforce-version": "latest",
+                    }}})),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("labelling {name}: {e}"));
+        });
+        name
     }
 
     /// The async form of [`fresh_namespace`](Self::fresh_namespace).
@@ -294,6 +350,44 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
         name
     }
+}
+
+/// The directory `make image` writes its archives to: `$BACKLOG_IMAGES_DIR`, else
+/// `target/images` of this repository.
+pub fn images_dir() -> PathBuf {
+    std::env::var_os("BACKLOG_IMAGES_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/images"))
+}
+
+/// The image archives of [`images_dir`]; an error says how to build them.
+pub fn image_archives() -> Result<Vec<PathBuf>, String> {
+    let dir = images_dir();
+    let mut archives = Vec::new();
+    for name in IMAGES {
+        let path = dir.join(format!("{name}.tar"));
+        if !path.is_file() {
+            return Err(format!(
+                "{} is missing: run `make image` (the node runs the project's images)",
+                path.display()
+            ));
+        }
+        archives.push(path);
+    }
+    Ok(archives)
+}
+
+/// The images `make image` builds.
+pub const IMAGES: [&str; 3] = [
+    "backlog-operator",
+    "backlog-replay-worker",
+    "backlog-demo-consumer",
+];
+
+/// The reference of one of [`IMAGES`] as the node knows it.
+pub fn image(name: &str) -> String {
+    format!("localhost/{name}:{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// What a `wait_until` condition returns: `true`, `Some(value)` or

@@ -70,6 +70,7 @@ pub async fn serve(
             target_name: name.to_owned(),
             speed,
             topic: name.to_owned(),
+            consumers: backlog_operator::sim::server::ConsumerCount::SpecReplicas,
         },
         env.admin(),
     )

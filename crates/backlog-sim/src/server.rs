@@ -40,18 +40,30 @@ pub struct Snapshot {
     pub finished: bool,
 }
 
+/// What the served model takes as its number of consumers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConsumerCount {
+    /// The target's spec.replicas, with the scenario's pod start delay (no pods need to run).
+    #[default]
+    SpecReplicas,
+    /// The target's status.readyReplicas: real pods on a real node, so their start and stop
+    /// delays are real (the scenario's start delay is not added).
+    ReadyPods,
+}
+
 /// Where the server gets its replicas and what it calls its series.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub listen: SocketAddr,
     /// Where the consumer count is read from: the namespace and the Deployment (or other
-    /// apps/v1 kind) whose spec.replicas it is.
+    /// apps/v1 kind) whose replicas (see `consumers`) it is.
     pub namespace: String,
     pub target_kind: String,
     pub target_name: String,
     pub speed: f64,
     /// Topic and consumer group label values.
     pub topic: String,
+    pub consumers: ConsumerCount,
 }
 
 /// A running workload server; stops when dropped.
@@ -87,7 +99,7 @@ impl WorkloadServer {
     /// Starts the model thread, the replica poller and the metrics endpoint. The poller asks
     /// `read_replicas` for the consumer count every 200 ms; `None` keeps the last count.
     pub async fn start<Read, Reading>(
-        model: Model,
+        mut model: Model,
         options: ServeOptions,
         read_replicas: Read,
     ) -> Result<Self, ServeError>
@@ -95,6 +107,9 @@ impl WorkloadServer {
         Read: FnMut() -> Reading + Send + 'static,
         Reading: Future<Output = Option<u32>> + Send + 'static,
     {
+        if options.consumers == ConsumerCount::ReadyPods {
+            model.pod_start_delay = 0.0;
+        }
         if !(options.speed.is_finite() && options.speed > 0.0) {
             return Err(ServeError::Speed(options.speed));
         }

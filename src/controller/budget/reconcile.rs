@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase};
 use crate::api::conditions::{ConditionSpec, Truth};
+use crate::api::readiness;
 use crate::controller::apply::apply_status;
 use crate::controller::error::{Error, KubeContext};
 use crate::core::budget_config::BudgetConfig;
@@ -181,9 +182,17 @@ async fn write(
     budget: &BacklogBudget,
     api: &Api<BacklogBudget>,
     previous: &BacklogBudgetStatus,
-    next: BacklogBudgetStatus,
+    mut next: BacklogBudgetStatus,
     ctx: &BudgetContext,
 ) -> Result<(), Error> {
+    // Ready and Stalled, for GitOps tools (kstatus); transition times stay when unchanged.
+    let readiness = readiness::of_budget(next.phase, next.explanation.as_deref());
+    next.conditions = readiness::merged(
+        &next.conditions,
+        &readiness,
+        next.observed_generation,
+        Timestamp::now(),
+    );
     if !status::differs(previous, &next) {
         return Ok(());
     }

@@ -16,6 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use thiserror::Error;
 use tracing::{info, warn};
 
+use crate::api::readiness;
 use crate::api::replay_job::{ReplayJob, ReplayJobStatus, ReplayPhase};
 use crate::controller::apply::apply_params;
 use crate::controller::error::{Error, KubeContext};
@@ -212,7 +213,11 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
         approver: approval.as_deref().ok(),
         now,
     };
-    let next = status::next(&previous, &inputs, &decision);
+    let mut next = status::next(&previous, &inputs, &decision);
+    // Ready and Stalled, for GitOps tools (kstatus); transition times stay when unchanged.
+    let readiness = readiness::of_replay(next.phase, next.message.as_deref());
+    next.conditions =
+        readiness::merged(&next.conditions, &readiness, next.observed_generation, now);
     if next != previous {
         // Recording a start is conditional on the replay being the version decided on: had the
         // approval changed meanwhile, the start would rest on an approval that is gone.

@@ -13,15 +13,24 @@
 //!   `local-cluster up|status|down`: the processes outlive the command and are
 //!   found again through pid files in the state directory.
 //!
+//! With [`Options::node`] the cluster gets a real node: kube-controller-manager,
+//! kube-scheduler, containerd + runc, kubelet and kube-proxy join etcd and the
+//! API server inside a network namespace of their own (see [`node`]), and the
+//! images given are loaded into the node's containerd. Pods, Jobs, garbage
+//! collection and admission are then the real ones.
+//!
 //! Users come from a static token file with a random token per user and
 //! cluster: `admin` (group `system:masters`), `alice` and `bob` (group
 //! [`APPROVERS_GROUP`]) and `carol` (no group). RBAC is the authorizer.
 
 mod crds;
 mod http;
+pub mod image;
+pub mod node;
 mod pki;
 mod process;
 mod prometheus;
+pub mod rootfs;
 
 use std::collections::BTreeMap;
 use std::env;
@@ -101,12 +110,30 @@ pub fn helm() -> Result<PathBuf, Error> {
             )))
         };
     }
-    let path = run_build_script("build-helm.sh")?;
+    let path = run_build_script("build-helm.sh", &[])?;
     if path.is_file() {
         Ok(path)
     } else {
         Err(Error::Binaries(format!(
             "build-helm.sh printed {}, which is not a file",
+            path.display()
+        )))
+    }
+}
+
+/// The kstatus checker (what Flux's health checks make of an object) for the GitOps tests:
+/// `$KSTATUS_BIN` if set, else whatever `build-kstatus.sh` prints (built on first use, then
+/// from its cache). Blocking.
+pub fn kstatus() -> Result<PathBuf, Error> {
+    if let Some(path) = env::var_os("KSTATUS_BIN").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let path = run_build_script("build-kstatus.sh", &[])?;
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Binaries(format!(
+            "build-kstatus.sh printed {}, which is not a file",
             path.display()
         )))
     }
@@ -154,6 +181,10 @@ pub enum Error {
     StateDir { dir: PathBuf, message: String },
     #[error("{0}")]
     InvalidArgument(String),
+    #[error("image: {0}")]
+    Image(String),
+    #[error("node: {0}")]
+    Node(String),
 }
 
 pub(crate) fn io_error(context: impl Into<String>, source: std::io::Error) -> Error {
@@ -193,6 +224,11 @@ pub struct Options {
     pub prometheus_bin: Option<PathBuf>,
     /// Deadline for each process to become ready, and for the CRDs.
     pub start_timeout: Duration,
+    /// Whether to add a real node (needs root; see the [`node`] module).
+    pub node: bool,
+    /// OCI image archives to load into the node's containerd (`make image` writes them to
+    /// `target/images/`).
+    pub images: Vec<PathBuf>,
 }
 
 impl Default for Options {
@@ -204,6 +240,8 @@ impl Default for Options {
             binaries_dir: None,
             prometheus_bin: None,
             start_timeout: Duration::from_secs(60),
+            node: false,
+            images: Vec::new(),
         }
     }
 }
@@ -221,6 +259,13 @@ impl Options {
 
     pub fn repo_root(mut self, dir: impl Into<PathBuf>) -> Self {
         self.repo_root = Some(dir.into());
+        self
+    }
+
+    /// A real node, with `images` loaded into its containerd.
+    pub fn node(mut self, images: Vec<PathBuf>) -> Self {
+        self.node = true;
+        self.images = images;
         self
     }
 }
@@ -244,6 +289,9 @@ pub struct ClusterInfo {
     pub kubectl: Option<PathBuf>,
     /// Bearer token of each user in [`USERS`].
     pub tokens: BTreeMap<String, String>,
+    /// The node, if the cluster has one.
+    #[serde(default)]
+    pub node: Option<node::NodeInfo>,
 }
 
 /// A running control plane whose processes belong to this value.
@@ -254,6 +302,8 @@ pub struct LocalCluster {
     processes: Vec<Process>,
     /// `None` in detached mode.
     spawner: Option<Spawner>,
+    /// The node's names on this machine, once its namespace exists.
+    node: Option<node::Instance>,
     /// Holds (and finally removes) a temporary state directory.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -263,6 +313,15 @@ struct Binaries {
     kube_apiserver: PathBuf,
     kubectl: Option<PathBuf>,
     prometheus: Option<PathBuf>,
+    node: Option<NodeBinaries>,
+}
+
+struct NodeBinaries {
+    kube_controller_manager: PathBuf,
+    kube_scheduler: PathBuf,
+    kubelet: PathBuf,
+    kube_proxy: PathBuf,
+    pause: PathBuf,
 }
 
 impl LocalCluster {
@@ -287,6 +346,8 @@ impl LocalCluster {
         for process in cluster.processes.drain(..) {
             process.release();
         }
+        // The node outlives this value too; `down` tears it down.
+        cluster.node.take();
         Ok(cluster.info.clone())
     }
 
@@ -334,6 +395,11 @@ impl LocalCluster {
         self.info.kubectl.as_deref()
     }
 
+    /// The node, if the cluster has one.
+    pub fn node(&self) -> Option<&node::NodeInfo> {
+        self.info.node.as_ref()
+    }
+
     /// `(name, pid)` of each running process.
     pub fn pids(&self) -> Vec<(&'static str, u32)> {
         self.processes.iter().map(|p| (p.name, p.pid)).collect()
@@ -369,6 +435,10 @@ impl LocalCluster {
     /// Stops every process (SIGTERM, then SIGKILL after a deadline), API
     /// server first. Idempotent; [`Drop`] calls it too.
     pub fn stop(&mut self) {
+        // A node's namespace and cgroups may exist before any process does.
+        if let Some(instance) = self.node.take() {
+            self.stop_node(&instance);
+        }
         if self.processes.is_empty() {
             // Nothing of ours runs (already stopped, or detached processes
             // that must outlive this value together with their record).
@@ -423,7 +493,7 @@ pub enum Status {
     /// No cluster state there.
     Absent,
     /// Every recorded process runs and answers its health check.
-    Running(ClusterInfo),
+    Running(Box<ClusterInfo>),
     /// Leftovers of a cluster that is not (fully) running.
     Broken(String),
 }
@@ -463,7 +533,7 @@ pub fn status(state_dir: &Path) -> Result<Status, Error> {
         problems.extend(health_problems(&info)?);
     }
     if problems.is_empty() {
-        Ok(Status::Running(info))
+        Ok(Status::Running(Box::new(info)))
     } else {
         Ok(Status::Broken(problems.join("; ")))
     }
@@ -489,6 +559,10 @@ pub fn down(state_dir: &Path) -> Result<bool, Error> {
 
 fn stop_recorded(dir: &Path) {
     let mut recorded = recorded_processes(dir);
+    if recorded.iter().any(|(name, _)| name == "kubelet") {
+        node::stop_recorded(dir, recorded);
+        return;
+    }
     // The API server first: it talks to etcd while shutting down.
     recorded.sort_by_key(|(name, _)| match name.as_str() {
         "kube-apiserver" => 0,
@@ -522,6 +596,9 @@ fn recorded_processes(dir: &Path) -> Vec<(String, u32)> {
 }
 
 fn expected_processes(info: &ClusterInfo) -> Vec<&'static str> {
+    if info.node.is_some() {
+        return node::expected_processes(info.prometheus_url.is_some());
+    }
     let mut names = vec!["etcd", "kube-apiserver"];
     if info.prometheus_url.is_some() {
         names.push("prometheus");
@@ -540,7 +617,10 @@ fn health_problems(info: &ClusterInfo) -> Result<Vec<String>, Error> {
             problems.push(format!("{name}: {e}"));
         }
     };
-    check("etcd", etcd_probe(&http, &info.etcd_url));
+    // A node's etcd listens inside its namespace; the API server's readiness covers it.
+    if info.node.is_none() {
+        check("etcd", etcd_probe(&http, &info.etcd_url));
+    }
     check(
         "kube-apiserver",
         apiserver_probe(&http, &info.apiserver_url, admin),
@@ -657,7 +737,7 @@ fn locate_binaries(options: &Options) -> Result<Binaries, Error> {
     ) {
         (Some(dir), _) => dir.clone(),
         (None, Some(dir)) if !dir.is_empty() => PathBuf::from(dir),
-        _ => build_control_plane()?,
+        _ => build_control_plane(options.node)?,
     };
     let required = |name: &str| {
         let path = dir.join(name);
@@ -672,6 +752,17 @@ fn locate_binaries(options: &Options) -> Result<Binaries, Error> {
     };
     let etcd = required("etcd")?;
     let kube_apiserver = required("kube-apiserver")?;
+    let node = if options.node {
+        Some(NodeBinaries {
+            kube_controller_manager: required("kube-controller-manager")?,
+            kube_scheduler: required("kube-scheduler")?,
+            kubelet: required("kubelet")?,
+            kube_proxy: required("kube-proxy")?,
+            pause: required("pause")?,
+        })
+    } else {
+        None
+    };
     let kubectl = Some(dir.join("kubectl")).filter(|p| p.is_file());
     let prometheus = if options.prometheus {
         let path = options
@@ -698,20 +789,25 @@ fn locate_binaries(options: &Options) -> Result<Binaries, Error> {
         kube_apiserver,
         kubectl,
         prometheus,
+        node,
     })
 }
 
 /// Runs `build-control-plane.sh` (instant when its cache is warm; a long
 /// build on a fresh machine) and returns the directory it prints.
-fn build_control_plane() -> Result<PathBuf, Error> {
-    run_build_script("build-control-plane.sh")
+fn build_control_plane(node: bool) -> Result<PathBuf, Error> {
+    run_build_script(
+        "build-control-plane.sh",
+        if node { &["--node"] } else { &[] },
+    )
 }
 
 /// Runs one of this crate's build scripts and returns the path it prints last.
-fn run_build_script(name: &str) -> Result<PathBuf, Error> {
+fn run_build_script(name: &str, args: &[&str]) -> Result<PathBuf, Error> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
     let output = Command::new("bash")
         .arg(&script)
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -743,6 +839,10 @@ struct Launch {
     http: Http,
     timeout: Duration,
     pki_dir: PathBuf,
+    /// Image archives for a node.
+    images: Vec<PathBuf>,
+    /// Tokens of a node's components (kubelet, kube-proxy, ...).
+    component_tokens: Vec<(&'static str, String)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -775,8 +875,19 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
         }
     };
     let binaries = locate_binaries(&options)?;
+    let instance = if options.node {
+        node::images_exist(&options.images)?;
+        node::host::preflight()?;
+        Some(node::Instance::of(&state_dir))
+    } else {
+        None
+    };
 
-    let pki = pki::generate()?;
+    let pki = if options.node {
+        pki::generate(&node::SERVING_IPS, &node::SERVING_NAMES, true)?
+    } else {
+        pki::generate(&[], &[], false)?
+    };
     let pki_dir = state_dir.join("pki");
     create_dir(&pki_dir)?;
     let ca_file = pki_dir.join("ca.crt");
@@ -791,6 +902,10 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
         &pki_dir.join("service-account.pub"),
         &pki.service_account_public_pem,
     )?;
+    if let Some((cert, key)) = &pki.kubelet_client {
+        write_file(&pki_dir.join("apiserver-kubelet-client.crt"), cert)?;
+        write_private(&pki_dir.join("apiserver-kubelet-client.key"), key)?;
+    }
 
     let mut tokens = BTreeMap::new();
     let mut token_file = String::new();
@@ -804,6 +919,12 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
         token_file.push('\n');
         tokens.insert(user.to_string(), token);
     }
+    let component_tokens = if options.node {
+        node::component_tokens()?
+    } else {
+        Vec::new()
+    };
+    token_file.push_str(&node::config::component_users(&component_tokens));
     write_private(&pki_dir.join("tokens.csv"), &token_file)?;
 
     let launch = Launch {
@@ -811,6 +932,8 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
         timeout: options.start_timeout,
         pki_dir,
         binaries,
+        images: options.images.clone(),
+        component_tokens,
     };
     let mut cluster = LocalCluster {
         info: ClusterInfo {
@@ -822,6 +945,7 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
             etcd_url: String::new(),
             prometheus_url: None,
             tokens,
+            node: None,
         },
         ca_pem: pki.ca_pem,
         processes: Vec::new(),
@@ -830,18 +954,29 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
         } else {
             Some(Spawner::new()?)
         },
+        node: None,
         _temp_dir: temp_dir,
     };
-    // From here on, an error drops `cluster`, which stops what was started.
+    // From here on, an error drops `cluster`, which stops what was started
+    // (and removes what a node changed on the machine).
 
-    // Prometheus starts alongside etcd and the API server; it is independent.
-    cluster.spawn_component(&launch, Component::Etcd)?;
-    if launch.binaries.prometheus.is_some() {
-        cluster.spawn_component(&launch, Component::Prometheus)?;
+    if let Some(instance) = instance {
+        cluster.node = Some(instance.clone());
+        node::host::set_up(&instance, node::NODE_IP, node::SERVICE_CIDR)?;
+        if launch.binaries.prometheus.is_some() {
+            cluster.spawn_component(&launch, Component::Prometheus)?;
+        }
+        cluster.launch_node(&launch)?;
+    } else {
+        // Prometheus starts alongside etcd and the API server; it is independent.
+        cluster.spawn_component(&launch, Component::Etcd)?;
+        if launch.binaries.prometheus.is_some() {
+            cluster.spawn_component(&launch, Component::Prometheus)?;
+        }
+        cluster.await_component(&launch, Component::Etcd)?;
+        cluster.spawn_component(&launch, Component::ApiServer)?;
+        cluster.await_component(&launch, Component::ApiServer)?;
     }
-    cluster.await_component(&launch, Component::Etcd)?;
-    cluster.spawn_component(&launch, Component::ApiServer)?;
-    cluster.await_component(&launch, Component::ApiServer)?;
     cluster.write_kubeconfig()?;
 
     let repo_root = options.repo_root.clone().unwrap_or_else(default_repo_root);
@@ -863,6 +998,7 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
                 &format!("{url}\n"),
             )?;
         }
+        cluster.relay_prometheus_into_node()?;
     }
 
     // Written last: its presence means the start completed.
@@ -959,6 +1095,7 @@ impl LocalCluster {
             &program,
             &args,
             &state_dir,
+            None,
         )?;
         self.processes.push(process);
         Ok(())

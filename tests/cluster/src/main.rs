@@ -38,7 +38,17 @@ enum Cmd {
         /// Seconds each process may take to become ready.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// Add a real node (kubelet, containerd, controller-manager, scheduler, kube-proxy)
+        /// in a network namespace of its own; needs root.
+        #[arg(long)]
+        node: bool,
+        /// With --node: load every OCI archive (*.tar) of this directory into the node.
+        #[arg(long, default_value = "target/images")]
+        images: PathBuf,
     },
+    /// Write a reproducible OCI image archive of one binary (its shared libraries from
+    /// Debian, CA certificates, a non-root user).
+    Image(ImageArgs),
     /// Stop the recorded processes and remove the state directory.
     Down {
         #[command(flatten)]
@@ -54,6 +64,32 @@ enum Cmd {
         #[command(subcommand)]
         action: ScrapeCmd,
     },
+}
+
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// The binary to package (its libraries are found with ldd).
+    #[arg(long)]
+    binary: PathBuf,
+    /// Its name inside the image: /usr/local/bin/NAME, the entrypoint.
+    #[arg(long)]
+    command: String,
+    /// The image reference, REPOSITORY:TAG.
+    #[arg(long)]
+    name: String,
+    /// The archive to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// Seconds since the epoch for `created` and every file's time (e.g. the commit's time);
+    /// defaults to $SOURCE_DATE_EPOCH, else none.
+    #[arg(long, env = "SOURCE_DATE_EPOCH")]
+    created: Option<i64>,
+    /// A port the image listens on, e.g. 8080 (repeatable).
+    #[arg(long = "port")]
+    ports: Vec<u16>,
+    /// An org.opencontainers.image.* or other label, NAME=VALUE (repeatable).
+    #[arg(long = "label", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
 }
 
 #[derive(Subcommand)]
@@ -107,7 +143,22 @@ fn run(command: Cmd) -> Result<ExitCode, local_cluster::Error> {
             dir,
             no_prometheus,
             timeout,
-        } => up(&dir.dir, !no_prometheus, Duration::from_secs(timeout)),
+            node,
+            images,
+        } => {
+            let images = if node {
+                image_archives(&images)?
+            } else {
+                Vec::new()
+            };
+            up(
+                &dir.dir,
+                !no_prometheus,
+                Duration::from_secs(timeout),
+                node.then_some(images),
+            )
+        }
+        Cmd::Image(args) => image(args),
         Cmd::Down { dir } => {
             let started = Instant::now();
             if local_cluster::down(&dir.dir)? {
@@ -159,7 +210,64 @@ fn run(command: Cmd) -> Result<ExitCode, local_cluster::Error> {
     }
 }
 
-fn up(dir: &Path, prometheus: bool, timeout: Duration) -> Result<ExitCode, local_cluster::Error> {
+/// The `*.tar` files of `dir`, sorted; none is an error (nothing to run on the node).
+fn image_archives(dir: &Path) -> Result<Vec<PathBuf>, local_cluster::Error> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "tar"))
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    if found.is_empty() {
+        return Err(local_cluster::Error::InvalidArgument(format!(
+            "no image archives in {}: run `make image` first",
+            dir.display()
+        )));
+    }
+    Ok(found)
+}
+
+fn image(args: ImageArgs) -> Result<ExitCode, local_cluster::Error> {
+    use local_cluster::image::{ImageSpec, write_archive};
+    let mut spec = ImageSpec {
+        name: args.name,
+        created: args.created,
+        exposed_ports: args.ports.iter().map(|p| format!("{p}/tcp")).collect(),
+        ..ImageSpec::default()
+    };
+    let packages = local_cluster::rootfs::add_binary(&mut spec, &args.binary, &args.command)?;
+    if let Some(created) = args.created {
+        spec.labels.insert(
+            "org.opencontainers.image.created".into(),
+            local_cluster::image::rfc3339(created),
+        );
+    }
+    spec.labels.insert(
+        "dev.backlog.image.debian-packages".into(),
+        packages.join(" "),
+    );
+    spec.labels.extend(args.labels);
+    let built = write_archive(&spec, &args.out)?;
+    say!(
+        "{}  {}  {:.1} MB  {}",
+        built.name,
+        built.manifest_digest,
+        built.archive_size as f64 / 1e6,
+        args.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn up(
+    dir: &Path,
+    prometheus: bool,
+    timeout: Duration,
+    node: Option<Vec<PathBuf>>,
+) -> Result<ExitCode, local_cluster::Error> {
     match local_cluster::status(dir)? {
         Status::Running(info) => {
             say!("local-cluster: already running");
@@ -173,12 +281,15 @@ fn up(dir: &Path, prometheus: bool, timeout: Duration) -> Result<ExitCode, local
         Status::Absent => {}
     }
     let started = Instant::now();
-    let options = Options {
+    let mut options = Options {
         start_timeout: timeout,
         ..Options::default()
     }
     .state_dir(dir)
     .prometheus(prometheus);
+    if let Some(images) = node {
+        options = options.node(images);
+    }
     let info = LocalCluster::start_detached(options)?;
     say!(
         "local-cluster: ready in {:.1}s",
@@ -196,6 +307,18 @@ fn describe(info: &ClusterInfo) {
     );
     if let Some(url) = &info.prometheus_url {
         say!("  prometheus      {url}");
+    }
+    if let Some(node) = &info.node {
+        say!(
+            "  node            {} at {} (network namespace {})",
+            node.name,
+            node.address,
+            node.netns
+        );
+        if let Some(url) = &node.prometheus_url {
+            say!("  prometheus      {url}  (from pods)");
+        }
+        say!("  images          {}", node.images.join(", "));
     }
     say!("  state           {}", info.state_dir.display());
     say!(

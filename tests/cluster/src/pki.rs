@@ -11,6 +11,9 @@ use crate::Error;
 
 pub(crate) struct Pki {
     pub ca_pem: String,
+    /// A client certificate (CN `kube-apiserver-kubelet-client`, group `system:masters`) the
+    /// API server shows the kubelet for logs and exec; only made for a node.
+    pub kubelet_client: Option<(String, String)>,
     pub serving_cert_pem: String,
     pub serving_key_pem: String,
     /// ECDSA P-256 private key in PKCS#8, for signing service-account tokens.
@@ -25,7 +28,14 @@ fn pki_error(e: rcgen::Error) -> Error {
     Error::Pki(e.to_string())
 }
 
-pub(crate) fn generate() -> Result<Pki, Error> {
+/// Key material for a cluster whose API server answers at 127.0.0.1/localhost and at
+/// `extra_ips` and `extra_names` (a node's address and the `kubernetes` Service). With
+/// `for_node`, also the API server's kubelet client certificate.
+pub(crate) fn generate(
+    extra_ips: &[&str],
+    extra_names: &[&str],
+    for_node: bool,
+) -> Result<Pki, Error> {
     let ca_key = KeyPair::generate().map_err(pki_error)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(pki_error)?;
     ca_params
@@ -41,9 +51,9 @@ pub(crate) fn generate() -> Result<Pki, Error> {
     let issuer = Issuer::from_params(&ca_params, &ca_key);
 
     let serving_key = KeyPair::generate().map_err(pki_error)?;
-    let mut serving_params =
-        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .map_err(pki_error)?;
+    let mut names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    names.extend(extra_ips.iter().chain(extra_names).map(|n| n.to_string()));
+    let mut serving_params = CertificateParams::new(names).map_err(pki_error)?;
     serving_params
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver");
@@ -55,8 +65,26 @@ pub(crate) fn generate() -> Result<Pki, Error> {
 
     let service_account_key = KeyPair::generate().map_err(pki_error)?;
 
+    let kubelet_client = if for_node {
+        let key = KeyPair::generate().map_err(pki_error)?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(pki_error)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver-kubelet-client");
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:masters");
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &issuer).map_err(pki_error)?;
+        Some((cert.pem(), key.serialize_pem()))
+    } else {
+        None
+    };
+
     Ok(Pki {
         ca_pem: ca_cert.pem(),
+        kubelet_client,
         serving_cert_pem: serving_cert.pem(),
         serving_key_pem: serving_key.serialize_pem(),
         service_account_key_pem: service_account_key.serialize_pem(),
@@ -77,7 +105,8 @@ mod tests {
 
     #[test]
     fn key_material_is_pem() {
-        let pki = generate().expect("generate");
+        let pki = generate(&["10.96.0.1"], &["kubernetes.default.svc"], true).expect("generate");
+        assert!(pki.kubelet_client.is_some());
         assert!(pki.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(
             pki.serving_cert_pem

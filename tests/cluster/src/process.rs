@@ -11,6 +11,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -84,13 +85,16 @@ pub(crate) struct Process {
 
 /// Starts `program` with its output in `<state_dir>/<name>.log` and its pid
 /// in `<state_dir>/<name>.pid`. With a spawner the process is owned, without
-/// one it is detached.
+/// one it is detached. With `netns` (a file such as `/run/netns/NAME`) it runs
+/// in that network namespace, and only there: it shares every other namespace,
+/// the mounts included, with this process.
 pub(crate) fn spawn(
     spawner: Option<&Spawner>,
     name: &'static str,
     program: &Path,
     args: &[String],
     state_dir: &Path,
+    netns: Option<&Path>,
 ) -> Result<Process, Error> {
     let log = state_dir.join(format!("{name}.log"));
     let out = File::create(&log).map_err(|e| io_error(format!("creating {}", log.display()), e))?;
@@ -104,6 +108,24 @@ pub(crate) fn spawn(
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
+    // Opened here, entered in the child between fork and exec; closed on exec.
+    let namespace = netns
+        .map(|path| {
+            File::open(path).map_err(|e| io_error(format!("opening {}", path.display()), e))
+        })
+        .transpose()?;
+    if let Some(namespace) = &namespace {
+        let fd = namespace.as_raw_fd();
+        // SAFETY: setns is a plain, async-signal-safe syscall.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
 
     let child = match spawner {
         Some(spawner) => {
@@ -241,14 +263,21 @@ pub(crate) fn is_alive(pid: u32) -> bool {
 }
 
 /// Whether `pid` is one of the processes started for `state_dir`: each of
-/// them has the state directory in its command line. Guards `down` against
-/// signalling an unrelated process that reused a recorded pid.
+/// them has the state directory (or, for a node, its runtime directory, also
+/// given) in its command line. Guards `down` against signalling an unrelated
+/// process that reused a recorded pid.
 pub(crate) fn belongs_to(pid: u32, state_dir: &Path) -> bool {
+    belongs_to_any(pid, &[state_dir])
+}
+
+pub(crate) fn belongs_to_any(pid: u32, dirs: &[&Path]) -> bool {
     let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
-    let needle = state_dir.as_os_str().as_encoded_bytes();
-    !needle.is_empty() && cmdline.windows(needle.len()).any(|w| w == needle)
+    dirs.iter().any(|dir| {
+        let needle = dir.as_os_str().as_encoded_bytes();
+        !needle.is_empty() && cmdline.windows(needle.len()).any(|w| w == needle)
+    })
 }
 
 /// The pid recorded in a pid file.

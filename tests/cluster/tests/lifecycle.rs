@@ -60,7 +60,7 @@ fn a_detached_cluster_is_found_again_and_taken_down() {
         format!("{url}\n")
     );
     match local_cluster::status(&dir).expect("status") {
-        Status::Running(found) => assert_eq!(found, info),
+        Status::Running(found) => assert_eq!(*found, info),
         other => panic!("expected a running cluster, got {other:?}"),
     }
     // A second start into the same directory must not clobber it.
