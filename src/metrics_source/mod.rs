@@ -1,6 +1,7 @@
 //! Where the operator reads metrics: a small trait in front of Prometheus, with the cache that
 //! evaluates an expression once per poll however many budgets ask for it.
 
+pub mod allowlist;
 pub mod prometheus;
 
 use std::collections::HashMap;
@@ -12,6 +13,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OnceCell, Semaphore};
 
 use crate::core::metric_input::Observation;
+
+pub use allowlist::{Allowlist, AllowlistError, Refused};
 
 /// A future returned by a backend; boxed so the trait stays object-safe for tests.
 pub type QueryFuture = Pin<Box<dyn Future<Output = Observation> + Send + 'static>>;
@@ -37,6 +40,8 @@ pub trait QueryObserver: Send + Sync {
 /// asked within `max_age` of each other (also while the first is in flight) are evaluated once.
 pub struct MetricsSource {
     backend: Arc<dyn QueryBackend>,
+    /// Servers that may be queried at all; any other address is refused before a request.
+    allowlist: Allowlist,
     entries: Mutex<HashMap<(String, String), Entry>>,
     permits: Arc<Semaphore>,
     timeout: Duration,
@@ -50,6 +55,7 @@ impl MetricsSource {
     pub fn new(backend: Arc<dyn QueryBackend>, concurrency: usize, timeout: Duration) -> Self {
         Self {
             backend,
+            allowlist: Allowlist::any(),
             entries: Mutex::new(HashMap::new()),
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             timeout,
@@ -62,9 +68,24 @@ impl MetricsSource {
         self
     }
 
+    /// Queries only the servers of `allowlist`.
+    pub fn with_allowlist(mut self, allowlist: Allowlist) -> Self {
+        self.allowlist = allowlist;
+        self
+    }
+
+    /// Whether `address` may be queried, or why not (naming `spec.prometheus.address`).
+    pub fn permits(&self, address: &str) -> Result<(), Refused> {
+        self.allowlist.check(address)
+    }
+
     /// The result of `expression` at `address`, evaluated now or reused if asked less than
-    /// `max_age` ago.
+    /// `max_age` ago. An address outside the allowlist is a failed query, and no request is
+    /// sent.
     pub async fn query(&self, address: &str, expression: &str, max_age: Duration) -> Observation {
+        if let Err(refused) = self.permits(address) {
+            return Observation::Failed(refused.to_string());
+        }
         let answer = self.entry(address, expression, max_age);
         answer
             .get_or_init(|| async {
@@ -158,5 +179,25 @@ mod tests {
         assert_eq!(backend.calls.load(Ordering::SeqCst), 3);
         let _ = source.query("http://p", "sum(lag)", Duration::ZERO).await;
         assert_eq!(backend.calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn an_address_outside_the_allowlist_is_never_asked() {
+        let backend = Arc::new(Counting {
+            calls: AtomicUsize::new(0),
+        });
+        let allowlist = Allowlist::new(&[], Some("http://p:9090")).unwrap();
+        let source = MetricsSource::new(backend.clone(), 4, Duration::from_secs(1))
+            .with_allowlist(allowlist);
+        let refused = source
+            .query("http://169.254.169.254", "up", Duration::ZERO)
+            .await;
+        let Observation::Failed(reason) = refused else {
+            panic!("refused addresses fail: {refused:?}");
+        };
+        assert!(reason.contains("spec.prometheus.address http://169.254.169.254"));
+        assert_eq!(backend.calls.load(Ordering::SeqCst), 0);
+        let _ = source.query("http://p:9090", "up", Duration::ZERO).await;
+        assert_eq!(backend.calls.load(Ordering::SeqCst), 1);
     }
 }
