@@ -91,9 +91,29 @@ pub struct RunArgs {
     /// Prometheus for budgets that do not name one (spec.prometheus.address).
     #[arg(long, env = "PROMETHEUS_URL", value_name = "URL")]
     pub prometheus_url: Option<String>,
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long, env = "WATCH_NAMESPACE")]
-    pub namespace: Option<String>,
+    /// Another Prometheus that spec.prometheus.address may name (repeat it, or separate with
+    /// commas). Only these and --prometheus-url are ever queried; `*` allows any address.
+    #[arg(
+        long = "allowed-prometheus-url",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub allowed_prometheus_urls: Vec<String>,
+    /// Watch only these namespaces (repeat it, or separate with commas; default: all).
+    #[arg(long, env = "WATCH_NAMESPACE", value_delimiter = ',')]
+    pub namespace: Vec<String>,
+    /// A ServiceAccount replay workers may run as (repeat it, or separate with commas;
+    /// default: replay-worker).
+    #[arg(
+        long = "replay-worker-service-account",
+        value_name = "NAME",
+        value_delimiter = ',',
+        default_value = "replay-worker"
+    )]
+    pub replay_worker_service_accounts: Vec<String>,
+    /// Run replay workers only from images pinned by digest (name@sha256:...).
+    #[arg(long)]
+    pub replay_require_image_digest: bool,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: std::net::SocketAddr,

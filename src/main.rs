@@ -109,15 +109,28 @@ fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     backlog_operator::telemetry::init_logging(args.log_json);
     // kube and reqwest share rustls; exactly one crypto provider is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    use backlog_operator::controller::{Scope, WorkerPolicy};
+    let namespaces: Vec<String> = args
+        .namespace
+        .into_iter()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect();
     let options = backlog_operator::controller::RunOptions {
         prometheus_url: args.prometheus_url,
-        scope: match args.namespace {
-            Some(namespace) => backlog_operator::controller::Scope::Namespace(namespace),
-            None => backlog_operator::controller::Scope::All,
+        allowed_prometheus_urls: args.allowed_prometheus_urls,
+        scopes: if namespaces.is_empty() {
+            vec![Scope::All]
+        } else {
+            namespaces.into_iter().map(Scope::Namespace).collect()
         },
         listen: args.listen,
         query_timeout: args.query_timeout,
         query_concurrency: args.query_concurrency,
+        worker_policy: WorkerPolicy {
+            service_accounts: args.replay_worker_service_accounts,
+            require_image_digest: args.replay_require_image_digest,
+        },
         leader_election: args.leader_elect.then(|| {
             backlog_operator::controller::leader::LeaseSettings {
                 namespace: args.lease_namespace,

@@ -443,9 +443,11 @@ fn replay_scope_and_requester_are_immutable(env: &TestEnv) {
             .await
             .expect("spec.batches.size may change");
         assert_eq!(resized.spec.batches.size, 3);
-        let approved = merge(json!({"spec": {"approval": {"approvedBy": "bob"}}}))
-            .await
-            .expect("an approval may be added after creation");
+        let approved = merge(
+            json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64)}}}),
+        )
+        .await
+        .expect("an approval may be added after creation");
         assert_eq!(
             approved.spec.approval.map(|a| a.approved_by).as_deref(),
             Some("bob")
@@ -579,7 +581,7 @@ fn printer_columns_show_in_the_server_table(env: &TestEnv) {
             .patch(
                 "orders-schema-fix-replay",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"approval": {"approvedBy": "bob"}}})),
+                &Patch::Merge(json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64)}}})),
             )
             .await
             .expect("approve the example replay");

@@ -1,7 +1,8 @@
 //! Replays on a real node with the real Prometheus: alice asks, bob approves, the API server's
-//! admission policy (the chart's very file) refuses everything else, and the operator —
-//! running in this process — freezes the scope, runs the canary, checks Prometheus, runs the
-//! rest, halts on failure and survives restarts. The Jobs are run by Kubernetes' own Job
+//! admission policies (the chart's very files) refuse everything else, and the operator —
+//! running in this process as its own ServiceAccount, the only user the status policy admits —
+//! freezes the scope, runs the canary, checks Prometheus, runs the rest, halts on failure and
+//! survives restarts. The Jobs are run by Kubernetes' own Job
 //! controller: their pods are the reference worker (`make image`), in namespaces that enforce
 //! the restricted Pod Security Standard, and their logs show every event replayed.
 
@@ -14,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use backlog_operator::api::replay_job::{ReplayJob, ReplayPhase};
+use backlog_operator::controller::Scope;
 use backlog_operator::controller::replay::{
     EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE,
 };
@@ -29,8 +31,13 @@ use support::exporter::Exporter;
 use support::operator::Operator;
 use support::{TestEnv, wait_until};
 
-const POLICY_FILE: &str = "charts/backlog-operator/policies/replayjob-four-eyes.yaml";
+const POLICY_DIR: &str = "charts/backlog-operator/policies";
+/// The operator's ServiceAccount, as the policies' default parameters name it
+/// (`system:serviceaccount:backlog-operator:backlog-operator`).
 const POLICY_NAMESPACE: &str = "backlog-operator";
+const OPERATOR_ACCOUNT: &str = "backlog-operator";
+/// The ServiceAccount the operator gives workers whose template names none.
+const WORKER_ACCOUNT: &str = "replay-worker";
 /// How long the operator may take for one step (a reconcile, a Prometheus scrape, a retry).
 const STEP: Duration = Duration::from_secs(60);
 /// How long a Job may take on the node: its pods start one batch after the other.
@@ -59,18 +66,42 @@ fn main() -> ExitCode {
 // ---------------------------------------------------------------------------------------------
 // Cluster-wide set-up, once per test binary
 
-static SET_UP: OnceLock<Result<(), String>> = OnceLock::new();
+static SET_UP: OnceLock<Result<String, String>> = OnceLock::new();
 
-/// Installs the admission policy from the chart and lets alice, bob and carol work with
-/// replays (RBAC); waits until the policy refuses what it must. Call outside `block_on`.
-fn set_up(env: &TestEnv) {
+/// Installs the admission policies from the chart, the operator's ServiceAccount and what it
+/// may do, and lets alice, bob and carol work with replays (RBAC); waits until the policies
+/// refuse what they must. Returns the operator's token. Call outside `block_on`.
+fn set_up(env: &TestEnv) -> String {
     let result = SET_UP.get_or_init(|| env.block_on(install(env)));
-    if let Err(problem) = result {
-        panic!("setting up the cluster for replays: {problem}");
+    match result {
+        Ok(token) => token.clone(),
+        Err(problem) => panic!("setting up the cluster for replays: {problem}"),
     }
 }
 
-async fn install(env: &TestEnv) -> Result<(), String> {
+/// The operator's controllers in this process, as the operator's ServiceAccount, watching
+/// `namespace`, whose workers run as the `replay-worker` ServiceAccount created here.
+fn start_operator(env: &TestEnv, namespace: &str) -> Operator {
+    env.block_on(support::identity::ensure_service_account(
+        env,
+        namespace,
+        WORKER_ACCOUNT,
+    ));
+    let client = support::identity::client_with_token(env, &set_up(env));
+    Operator::with_client(
+        env,
+        client,
+        Scope::Namespace(namespace.to_owned()),
+        Some(env.prometheus_url()),
+    )
+}
+
+/// A client of the operator's ServiceAccount (writing status as the operator would).
+fn operator_client(env: &TestEnv) -> Client {
+    support::identity::client_with_token(env, &set_up(env))
+}
+
+async fn install(env: &TestEnv) -> Result<String, String> {
     let admin = env.admin();
     let namespace = Namespace {
         metadata: ObjectMeta {
@@ -87,7 +118,8 @@ async fn install(env: &TestEnv) -> Result<(), String> {
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(e) => return Err(format!("creating namespace {POLICY_NAMESPACE}: {e}")),
     }
-    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join(POLICY_FILE);
+    support::identity::ensure_service_account(env, POLICY_NAMESPACE, OPERATOR_ACCOUNT).await;
+    let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join(POLICY_DIR);
     kubectl(
         env,
         &[
@@ -95,11 +127,46 @@ async fn install(env: &TestEnv) -> Result<(), String> {
             "--server-side",
             "--field-manager=replay-test",
             "-f",
-            &policy.to_string_lossy(),
+            &policies.to_string_lossy(),
         ],
     )
     .await?;
+    // The operator may do what its controllers do (tests/chart.rs proves the chart's own
+    // rules); the status policy decides that only it writes status.
     let rbac = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: replay-test-operator}
+rules:
+  - apiGroups: [backlog.dev]
+    resources: [replayjobs, backlogbudgets, retrypolicies]
+    verbs: [get, list, watch]
+  - apiGroups: [backlog.dev]
+    resources: [replayjobs/status, backlogbudgets/status, retrypolicies/status]
+    verbs: [get, patch]
+  - apiGroups: [batch]
+    resources: [jobs]
+    verbs: [get, list, watch, create, patch]
+  - apiGroups: [""]
+    resources: [configmaps]
+    verbs: [get, create, patch]
+  - apiGroups: [apps]
+    resources: [deployments, statefulsets]
+    verbs: [get, list, watch]
+  - apiGroups: [autoscaling]
+    resources: [horizontalpodautoscalers]
+    verbs: [list, watch]
+  - apiGroups: [events.k8s.io]
+    resources: [events]
+    verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: replay-test-operator}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: replay-test-operator}
+subjects:
+  - {kind: ServiceAccount, name: backlog-operator, namespace: backlog-operator}
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: replay-test-users}
@@ -140,6 +207,9 @@ subjects:
     )
     .await?;
 
+    let token =
+        support::identity::service_account_token(env, POLICY_NAMESPACE, OPERATOR_ACCOUNT).await;
+
     // The policy is enforced once a create on someone else's behalf is refused with its
     // message (a dry run: nothing is created).
     let probe = serde_json::from_value::<ReplayJob>(replay_body("probe", "bob", &["a"], None))
@@ -164,7 +234,7 @@ subjects:
         },
     )
     .await;
-    Ok(())
+    Ok(token)
 }
 
 async fn kubectl(env: &TestEnv, args: &[&str]) -> Result<String, String> {
@@ -247,17 +317,35 @@ async fn patch_as(
         .await
 }
 
+/// The frozen scope's sha256 once the status has it (an approval signs it).
+async fn frozen_sha(client: &Client, namespace: &str, name: &str) -> String {
+    wait_until(
+        STEP,
+        &format!("ReplayJob {name}'s scope is frozen"),
+        || async {
+            get_replay(client, namespace, name)
+                .await
+                .status
+                .and_then(|s| s.scope)
+                .map(|s| s.sha256)
+        },
+    )
+    .await
+}
+
+/// `approver` approves the frozen scope of the replay, as shown in its status.
 async fn approve_as(
     client: &Client,
     namespace: &str,
     name: &str,
     approver: &str,
 ) -> Result<ReplayJob, kube::Error> {
+    let sha = frozen_sha(client, namespace, name).await;
     patch_as(
         client,
         namespace,
         name,
-        json!({"spec": {"approval": {"approvedBy": approver, "reference": "CAB-2026-118"}}}),
+        json!({"spec": {"approval": {"approvedBy": approver, "reference": "CAB-2026-118", "scopeSha256": sha}}}),
     )
     .await
 }
@@ -288,6 +376,13 @@ async fn get_replay(client: &Client, namespace: &str, name: &str) -> ReplayJob {
         .get(name)
         .await
         .unwrap_or_else(|e| panic!("reading ReplayJob {namespace}/{name}: {e}"))
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn phase(replay: &ReplayJob) -> Option<ReplayPhase> {
@@ -375,6 +470,25 @@ async fn wait_stage_job(client: &Client, namespace: &str, replay: &str, stage: &
     .await
 }
 
+/// Waits until the status records `job`'s uid for `stage`.
+async fn wait_job_recorded(client: &Client, namespace: &str, name: &str, stage: &str, job: &Job) {
+    wait_until(
+        STEP,
+        &format!("the {stage} Job's uid is recorded"),
+        || async {
+            let replay = get_replay(client, namespace, name).await;
+            let recorded = replay
+                .status
+                .iter()
+                .flat_map(|s| s.stages.iter())
+                .find(|s| s.name == stage)
+                .and_then(|s| s.job_uid.clone());
+            (recorded == job.uid()).then_some(()).ok_or(recorded)
+        },
+    )
+    .await;
+}
+
 /// alice asks for `body`, bob approves it, and the canary Job appears: the start of most tests.
 async fn approved_until_canary(env: &TestEnv, namespace: &str, name: &str, body: Value) -> Job {
     create_as(&env.client("alice"), namespace, body)
@@ -417,6 +531,63 @@ async fn event_reasons(client: &Client, namespace: &str, replay: &str) -> Vec<St
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(replay))
         .filter_map(|e| e.reason)
         .collect()
+}
+
+/// The replay's trail: one audit line per transition on the operator's log, and once it
+/// ended, the whole trail in an immutable ConfigMap the ReplayJob does not own.
+async fn assert_audit_trail(
+    admin: &Client,
+    operator: &Operator,
+    namespace: &str,
+    name: &str,
+    jobs: &[&Job],
+) {
+    use backlog_operator::controller::replay::audit::{AUDIT_SCHEMA, AuditRecord, TRAIL_KEY};
+    let archived = wait_until(STEP, "the audit ConfigMap is recorded", || async {
+        get_replay(admin, namespace, name)
+            .await
+            .status
+            .and_then(|s| s.audit_config_map)
+    })
+    .await;
+    let config_map = Api::<ConfigMap>::namespaced(admin.clone(), namespace)
+        .get(&archived)
+        .await
+        .expect("the audit ConfigMap");
+    assert_eq!(config_map.immutable, Some(true));
+    assert!(
+        config_map.owner_references().is_empty(),
+        "it outlives the ReplayJob"
+    );
+    assert_eq!(config_map.labels()["backlog.dev/audit"], "replayjob");
+    let trail: Vec<AuditRecord> = config_map.data.expect("data")[TRAIL_KEY]
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an audit record"))
+        .collect();
+    let logged = operator.audit.records();
+    for job in jobs {
+        for records in [&trail, &logged] {
+            assert!(
+                records.iter().any(|r| r.event == "JobCreated"
+                    && r.job_uid == job.uid()
+                    && r.approved_by.as_deref() == Some("bob")
+                    && r.requested_by == "alice"
+                    && r.scope_sha256.is_some()),
+                "no JobCreated record of {}: {records:?}",
+                job.name_any()
+            );
+        }
+    }
+    assert!(
+        trail
+            .iter()
+            .all(|r| r.audit == AUDIT_SCHEMA && r.name == name)
+    );
+    assert_eq!(trail.last().map(|r| r.event.as_str()), Some("PhaseChanged"));
+    assert_eq!(
+        trail.last().and_then(|r| r.phase.as_deref()),
+        Some("Succeeded")
+    );
 }
 
 /// The operator's own metrics show no failed replay reconcile: every outcome of these tests is
@@ -553,7 +724,7 @@ impl Duplicates {
 fn a_new_replay_freezes_its_scope_and_awaits_approval(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-new");
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let alice = env.client("alice");
     let list = ids("evt", 5);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
@@ -644,6 +815,42 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
             .await
             .expect("alice creates her own replay");
 
+        // (f) No approval before the scope is frozen: it would name no list.
+        let early = json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64)}}});
+        let message = refused(
+            patch_as(&bob, &namespace, "orders", early).await,
+            "bob approving before the freeze",
+        );
+        assert_mentions(&message, &["spec.approval is refused before the scope is frozen"], "(f)");
+        // The status is the operator's alone (no operator runs here: the test writes what it
+        // would, as its ServiceAccount).
+        let frozen = json!({"status": {"scope": {
+            "configMap": "orders-scope-x", "count": 3, "frozenAt": Timestamp::now().to_string(),
+            "sha256": sha256_hex("a\nb\nc\n"),
+        }}});
+        let message = refused(
+            Api::<ReplayJob>::namespaced(admin.clone(), &namespace)
+                .patch_status("orders", &PatchParams::default(), &Patch::Merge(frozen.clone()))
+                .await,
+            "an admin writing the status",
+        );
+        assert_mentions(&message, &["is written only by the operator", "not by admin"], "status");
+        Api::<ReplayJob>::namespaced(operator_client(env), &namespace)
+            .patch_status("orders", &PatchParams::default(), &Patch::Merge(frozen))
+            .await
+            .expect("the operator writes the status");
+        // (f) An approval of another list is refused, naming the frozen one.
+        let other = json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "f".repeat(64)}}});
+        let message = refused(
+            patch_as(&bob, &namespace, "orders", other).await,
+            "bob approving another list",
+        );
+        assert_mentions(
+            &message,
+            &["spec.approval.scopeSha256 must equal status.scope.sha256", &sha256_hex("a\nb\nc\n"), "orders-scope-x"],
+            "(f)",
+        );
+
         // (c) The requester cannot approve her own replay, nor sign in someone else's name.
         let message = refused(
             approve_as(&alice, &namespace, "orders", "alice").await,
@@ -709,16 +916,15 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
             .await
             .expect("bob approves again");
 
-        // The status subresource is not subject to the policy: write a started stage as the
-        // operator would.
+        // A started stage, written as the operator would.
         let started = json!({"status": {"phase": "Canary", "stages": [{
             "name": "canary", "job": "orders-canary-x", "batches": 1,
             "startedAt": Timestamp::now().to_string(), "succeeded": 0, "failed": 0,
         }]}});
-        Api::<ReplayJob>::namespaced(admin.clone(), &namespace)
+        Api::<ReplayJob>::namespaced(operator_client(env), &namespace)
             .patch_status("orders", &PatchParams::default(), &Patch::Merge(started))
             .await
-            .expect("status writes are not refused");
+            .expect("the operator writes the status");
 
         // (d) Once started, the approval stays as it is, even for the approver.
         let message = refused(
@@ -744,7 +950,7 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-flow");
     let duplicates = Duplicates::start(env, &namespace, 0.0);
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     let list = ids("ord", 7);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
@@ -877,8 +1083,12 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
         assert_eq!(replayed, refs[..2], "the canary replays the first batch");
         replayed.extend(replayed_ids(env, &namespace, &main.name_any()).await);
         assert_eq!(replayed, refs, "every id exactly once, in order");
-        let status = done.status.expect("status");
+        let status = done.status.clone().expect("status");
         assert_eq!(status.batches_total, Some(4));
+        // Each stage follows the Job the operator created, by uid.
+        let uids: Vec<Option<String>> = status.stages.iter().map(|s| s.job_uid.clone()).collect();
+        assert_eq!(uids, vec![canary.uid(), main.uid()]);
+        assert_audit_trail(&admin, &operator, &namespace, "orders", &[&canary, &main]).await;
         assert_eq!(status.batches_succeeded, Some(4));
         assert_eq!(status.batches_failed, Some(0));
         assert!(
@@ -914,7 +1124,7 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
 fn a_failed_canary_halts_without_a_main_job(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-canary-fails");
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 6);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
@@ -998,7 +1208,7 @@ fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-verify-fails");
     let duplicates = Duplicates::start(env, &namespace, 3.0);
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 6);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
@@ -1038,7 +1248,7 @@ fn a_failed_verification_halts_without_a_main_job(env: &TestEnv) {
 fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-suspend");
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let (alice, admin) = (env.client("alice"), env.admin());
     env.block_on(async {
         // The canary's worker waits a minute after its batch: it is still running when
@@ -1146,7 +1356,7 @@ fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
 fn the_scope_is_frozen_from_its_source_and_cannot_be_edited(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-scope");
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     let list = ids("dlq", 4);
     env.block_on(async {
@@ -1214,7 +1424,7 @@ fn the_scope_is_frozen_from_its_source_and_cannot_be_edited(env: &TestEnv) {
 fn a_second_replay_of_the_same_source_waits_for_the_first(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-queue");
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     env.block_on(async {
         // Each batch of the first waits 8s after replaying: it runs while the second asks.
@@ -1272,23 +1482,30 @@ fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 9);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
-    let mut operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let mut operator = start_operator(env, &namespace);
     // Each batch waits 3s after replaying: the main stage runs long enough to be seen running.
     let mut body = replay_body("orders", "alice", &refs, None);
     body["spec"]["batches"]["pauseBetween"] = json!("3s");
-    let canary = env.block_on(approved_until_canary(env, &namespace, "orders", body));
-    // Stopped like a crash, between the stages: the canary completes meanwhile.
+    let canary = env.block_on(async {
+        let canary = approved_until_canary(env, &namespace, "orders", body).await;
+        wait_job_recorded(&alice, &namespace, "orders", "canary", &canary).await;
+        canary
+    });
+    // Stopped like a crash, between the stages (after the canary's uid was recorded: stopped
+    // before, the replay halts rather than guess whose the Job is): the canary completes
+    // meanwhile.
     operator.stop();
     env.block_on(wait_job_finished(env, &namespace, &canary));
-    let mut operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let mut operator = start_operator(env, &namespace);
     let main = env.block_on(async {
         let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
         wait_phase(&alice, &namespace, "orders", ReplayPhase::Running).await;
+        wait_job_recorded(&alice, &namespace, "orders", "main", &main).await;
         main
     });
     operator.stop();
     // A third start with nothing new: it finds both Jobs and creates neither again.
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     env.block_on(async {
         wait_job_finished(env, &namespace, &main).await;
         wait_phase(&alice, &namespace, "orders", ReplayPhase::Succeeded).await;
@@ -1314,7 +1531,7 @@ fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
 fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-cover");
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let (alice, admin) = (env.client("alice"), env.admin());
     let list = ids("evt", 23);
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
@@ -1398,7 +1615,7 @@ fn the_jobs_indices_cover_every_id_exactly_once(env: &TestEnv) {
 fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-bad-template");
-    let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+    let operator = start_operator(env, &namespace);
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     env.block_on(async {
         let mut body = replay_body("orders", "alice", &["a", "b", "c"], None);

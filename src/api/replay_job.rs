@@ -205,7 +205,7 @@ pub struct RootCauseFix {
     pub verified: bool,
 }
 
-/// A second person's approval.
+/// A second person's approval of exactly the frozen scope.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
@@ -216,6 +216,11 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub reference: Option<String>,
+    /// The sha256 of the frozen event id list the approver reviewed (`status.scope.sha256`):
+    /// the approval covers exactly that list and nothing else.
+    #[schemars(length(min = 64, max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')").message("approval.scopeSha256 must be the 64 lowercase hex digits of status.scope.sha256, the frozen list you reviewed"))]
+    pub scope_sha256: String,
 }
 
 /// How the replay is cut and paced.
@@ -294,6 +299,10 @@ pub struct ReplayJobStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
     pub verification: Vec<CheckStatus>,
+    /// The immutable ConfigMap (not owned by the replay, so it outlives it) holding the audit
+    /// trail, written when the replay ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_config_map: Option<String>,
     /// `ScopeFrozen`, `Approved`, `Waiting`, `JobAccepted`, `Verified`, `Halted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
@@ -320,6 +329,10 @@ pub struct CheckStatus {
 pub struct FrozenScope {
     /// The immutable ConfigMap holding the ids, one per line.
     pub config_map: String,
+    /// The uid the API server gave that ConfigMap when the operator created it: a ConfigMap of
+    /// the same name with another uid was put there by someone else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_uid: Option<String>,
     /// Number of event ids (0 for a time-range scope).
     pub count: i32,
     /// sha256 of the frozen id list.
@@ -335,8 +348,9 @@ pub struct StageStatus {
     /// `canary` or `main`.
     pub name: String,
     pub job: String,
-    /// The uid of the stage's Job once it exists: a recorded Job that disappears was deleted
-    /// (the replay halts) rather than never created (the operator creates it).
+    /// The uid of the stage's Job, from the API server's answer to the operator's create: the
+    /// only Job the stage follows. A Job of that name with another uid, or none recorded, is
+    /// someone else's (the replay halts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_uid: Option<String>,
     pub batches: i32,

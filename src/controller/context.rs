@@ -9,6 +9,9 @@ use tracing::warn;
 use crate::metrics_source::MetricsSource;
 use crate::telemetry::Metrics;
 
+use super::replay::audit::{AuditSink, StdoutAudit};
+use super::replay::pod_policy::WorkerPolicy;
+
 pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
@@ -16,6 +19,10 @@ pub struct Context {
     pub recorder: Recorder,
     /// The operator's --prometheus-url, used by budgets that name no server.
     pub default_prometheus: Option<String>,
+    /// What replay worker pods may be.
+    pub worker_policy: WorkerPolicy,
+    /// Where replay audit records go (the operator's standard output).
+    pub audit: Arc<dyn AuditSink>,
 }
 
 impl Context {
@@ -35,7 +42,19 @@ impl Context {
             metrics,
             queries,
             default_prometheus,
+            worker_policy: WorkerPolicy::default(),
+            audit: Arc::new(StdoutAudit),
         }
+    }
+
+    pub fn with_worker_policy(mut self, policy: WorkerPolicy) -> Self {
+        self.worker_policy = policy;
+        self
+    }
+
+    pub fn with_audit(mut self, audit: Arc<dyn AuditSink>) -> Self {
+        self.audit = audit;
+        self
     }
 }
 

@@ -29,6 +29,10 @@ pub enum Error {
     },
     #[error("leader election: {0}")]
     Leadership(String),
+    #[error("{0}")]
+    Settings(String),
+    #[error("{what} took longer than {seconds}s")]
+    Timeout { what: String, seconds: u64 },
 }
 
 impl Error {
@@ -41,6 +45,8 @@ impl Error {
             Error::Client(_) => "client",
             Error::Serve { .. } => "serve",
             Error::Leadership(_) => "leadership",
+            Error::Settings(_) => "settings",
+            Error::Timeout { .. } => "timeout",
         }
     }
 }

@@ -19,12 +19,13 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use crate::http::{Health, serve};
-use crate::metrics_source::MetricsSource;
 use crate::metrics_source::prometheus::PrometheusBackend;
+use crate::metrics_source::{Allowlist, MetricsSource};
 use crate::telemetry::Metrics;
 
 pub use context::Context;
 pub use error::Error;
+pub use replay::pod_policy::WorkerPolicy;
 
 /// Which namespaces the controllers watch.
 #[derive(Clone, Debug)]
@@ -52,31 +53,77 @@ impl Scope {
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub prometheus_url: Option<String>,
-    pub scope: Scope,
+    /// Servers `spec.prometheus.address` may name besides `prometheus_url`.
+    pub allowed_prometheus_urls: Vec<String>,
+    /// Watched namespaces (one controller set each), or all of them.
+    pub scopes: Vec<Scope>,
     pub listen: SocketAddr,
     pub query_timeout: Duration,
     pub query_concurrency: usize,
+    /// What replay worker pods may be.
+    pub worker_policy: WorkerPolicy,
     /// With several replicas: only the holder of this Lease reconciles.
     pub leader_election: Option<leader::LeaseSettings>,
 }
 
-/// The shared context for a client: metrics, the query cache and the event recorder.
+/// What the shared context is built from.
+#[derive(Clone, Debug)]
+pub struct ContextSettings {
+    pub prometheus_url: Option<String>,
+    pub allowlist: Allowlist,
+    pub query_timeout: Duration,
+    pub query_concurrency: usize,
+    pub worker_policy: WorkerPolicy,
+}
+
+/// The shared context for a client: metrics, the query cache and the event recorder. Only
+/// `prometheus_url` may be queried; replay workers follow the default policy.
 pub fn context(
     client: Client,
     prometheus_url: Option<String>,
     query_timeout: Duration,
     query_concurrency: usize,
 ) -> Arc<Context> {
+    Arc::new(build_context(
+        client,
+        ContextSettings::defaults(prometheus_url, query_timeout, query_concurrency),
+    ))
+}
+
+impl ContextSettings {
+    /// Only `prometheus_url` may be queried; replay workers follow the default policy.
+    pub fn defaults(
+        prometheus_url: Option<String>,
+        query_timeout: Duration,
+        query_concurrency: usize,
+    ) -> ContextSettings {
+        // An unusable default URL allows nothing: its queries fail with that reason anyway.
+        let allowlist =
+            Allowlist::new(&[], prometheus_url.as_deref()).unwrap_or_else(|_| Allowlist::none());
+        ContextSettings {
+            prometheus_url,
+            allowlist,
+            query_timeout,
+            query_concurrency,
+            worker_policy: WorkerPolicy::default(),
+        }
+    }
+}
+
+/// The shared context for a client, from explicit settings.
+pub fn build_context(client: Client, settings: ContextSettings) -> Context {
     let metrics = Arc::new(Metrics::default());
     let queries = Arc::new(
         MetricsSource::new(
             PrometheusBackend::shared(),
-            query_concurrency,
-            query_timeout,
+            settings.query_concurrency,
+            settings.query_timeout,
         )
+        .with_allowlist(settings.allowlist)
         .with_observer(metrics.clone()),
     );
-    Arc::new(Context::new(client, metrics, queries, prometheus_url))
+    Context::new(client, metrics, queries, settings.prometheus_url)
+        .with_worker_policy(settings.worker_policy)
 }
 
 /// Runs every controller on `context` until they stop (on a termination signal).
@@ -88,15 +135,35 @@ pub async fn run_controllers(context: Arc<Context>, scope: Scope) {
     );
 }
 
+/// Runs every controller in each of `scopes` (one set per watched namespace).
+pub async fn run_scopes(context: Arc<Context>, scopes: Vec<Scope>) {
+    futures::future::join_all(
+        scopes
+            .into_iter()
+            .map(|scope| run_controllers(context.clone(), scope)),
+    )
+    .await;
+}
+
 /// Runs every controller until a termination signal.
 pub async fn run(options: RunOptions) -> Result<(), Error> {
     let client = Client::try_default().await.map_err(Error::Client)?;
-    let context = context(
+    let allowlist = Allowlist::new(
+        &options.allowed_prometheus_urls,
+        options.prometheus_url.as_deref(),
+    )
+    .map_err(|e| Error::Settings(e.to_string()))?;
+    let context = build_context(
         client,
-        options.prometheus_url.clone(),
-        options.query_timeout,
-        options.query_concurrency,
+        ContextSettings {
+            prometheus_url: options.prometheus_url.clone(),
+            allowlist,
+            query_timeout: options.query_timeout,
+            query_concurrency: options.query_concurrency,
+            worker_policy: options.worker_policy.clone(),
+        },
     );
+    let context = Arc::new(context);
     let health = Health {
         metrics: context.metrics.clone(),
         ready: Default::default(),
@@ -122,7 +189,7 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
         leading = leadership => leading?,
         served = server => return served_error(listen, served),
     };
-    info!(scope = ?options.scope, prometheus = ?options.prometheus_url, "controllers starting");
+    info!(scopes = ?options.scopes, prometheus = ?options.prometheus_url, allowed = ?options.allowed_prometheus_urls, "controllers starting");
     let lost = async {
         match leading {
             Some(settings) => leader::keep(context.client.clone(), settings).await,
@@ -130,7 +197,7 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
         }
     };
     tokio::select! {
-        () = run_controllers(context.clone(), options.scope.clone()) => {}
+        () = run_scopes(context.clone(), options.scopes.clone()) => {}
         error = lost => return Err(error),
     }
     info!("controllers stopped");

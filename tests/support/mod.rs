@@ -25,6 +25,7 @@
 
 pub mod exporter;
 pub mod helm;
+pub mod identity;
 pub mod operator;
 pub mod workload;
 
@@ -213,7 +214,7 @@ impl TestEnv {
         })
     }
 
-    /// A client authenticated as `user` (`admin`, `alice`, `bob` or `carol`).
+    /// A client authenticated as `user` (`admin`, `alice`, `bob`, `carol` or `mallory`).
     /// Usable inside and outside `block_on`.
     pub fn client(&self, user: &str) -> Client {
         let config = self

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use backlog_operator::controller::{Context, Scope, context, run_controllers};
+use backlog_operator::controller::replay::audit::MemoryAudit;
+use backlog_operator::controller::{
+    Context, ContextSettings, Scope, build_context, run_controllers,
+};
 use kube::Client;
 use std::sync::Arc;
 
@@ -12,6 +15,8 @@ use super::TestEnv;
 pub struct Operator {
     task: Option<tokio::task::JoinHandle<()>>,
     pub context: Arc<Context>,
+    /// The replay audit lines it wrote (kept here instead of on standard output).
+    pub audit: Arc<MemoryAudit>,
 }
 
 impl Operator {
@@ -33,16 +38,25 @@ impl Operator {
         scope: Scope,
         prometheus: Option<&str>,
     ) -> Operator {
-        let context = context(
-            client,
-            prometheus.map(str::to_owned),
-            Duration::from_secs(2),
-            8,
-        );
+        let settings =
+            ContextSettings::defaults(prometheus.map(str::to_owned), Duration::from_secs(2), 8);
+        Operator::with_settings(env, client, scope, settings)
+    }
+
+    /// Starts the controllers with explicit settings (allowlist, worker policy).
+    pub fn with_settings(
+        env: &TestEnv,
+        client: Client,
+        scope: Scope,
+        settings: ContextSettings,
+    ) -> Operator {
+        let audit = MemoryAudit::shared();
+        let context = Arc::new(build_context(client, settings).with_audit(audit.clone()));
         let task = env.runtime().spawn(run_controllers(context.clone(), scope));
         Operator {
             task: Some(task),
             context,
+            audit,
         }
     }
 

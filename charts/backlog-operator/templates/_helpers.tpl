@@ -46,11 +46,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/* The namespaces the operator watches, as a JSON list (empty: all namespaces). */}}
+{{- define "backlog-operator.watchNamespaces" -}}
+{{- $namespaces := list }}
+{{- range .Values.watchNamespaces }}
+{{- $namespaces = append $namespaces . }}
+{{- end }}
+{{- with .Values.watchNamespace }}
+{{- $namespaces = append $namespaces . }}
+{{- end }}
+{{- $namespaces | uniq | toJson }}
+{{- end }}
+
+{{/* The operator's user name, as the API server sees its ServiceAccount. */}}
+{{- define "backlog-operator.userName" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "backlog-operator.serviceAccountName" .) }}
+{{- end }}
+
 {{/*
 What the controllers call, read from src/controller/ (kept in step with the code; the chart
-test runs the controllers with exactly these permissions and fails when one is missing):
+test runs the controllers with exactly these permissions and fails when one is missing).
+
+Two parts. "clusterRules" hold in every watched namespace and write nothing but the status of
+the operator's own kinds, the /scale of workloads, and Events. "namespaceRules" create Jobs and
+write ConfigMaps: in the cluster-wide mode they come only from an aggregated ClusterRole that a
+namespace admin binds in a namespace (so the operator cannot create a Job in kube-system, nor
+write the admission policies' parameters in its own namespace); in the namespaced mode they are
+part of the Role in each watched namespace.
 */}}
-{{- define "backlog-operator.rules" -}}
+{{- define "backlog-operator.clusterRules" -}}
 # The custom resources: Controller and reflector watches (list, watch); a budget reads the
 # RetryPolicy it references (get).
 - apiGroups: ["backlog.dev"]
@@ -60,7 +84,8 @@ test runs the controllers with exactly these permissions and fails when one is m
   resources: ["retrypolicies"]
   verbs: ["get", "list", "watch"]
 # Status is written with server-side apply (patch); a budget reconcile reads its previous
-# decision from the status subresource, not the watch cache (get).
+# decision from the status subresource, not the watch cache (get). The admission policy
+# status-owner admits these writes from this ServiceAccount only.
 - apiGroups: ["backlog.dev"]
   resources: ["backlogbudgets/status"]
   verbs: ["get", "patch"]
@@ -87,20 +112,33 @@ test runs the controllers with exactly these permissions and fails when one is m
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["list", "watch"]
-# The consumer control document (one per budget) and a replay's frozen scope: read (get),
-# written with server-side apply, which creates them the first time (create, patch). A
-# replay's eventIdsFrom ConfigMap is read (get).
-- apiGroups: [""]
-  resources: ["configmaps"]
-  verbs: ["get", "create", "patch"]
-# Replay batches run as Indexed Jobs: owned and watched (list, watch), read by their
-# deterministic names (get), validated with a dry run and created with server-side apply
-# (create, patch), suspended and resumed with a merge patch (patch).
+# Replay batches run as Indexed Jobs: watched (list, watch) and read by their deterministic
+# names (get). Creating and suspending them is a namespace's grant (namespaceRules).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch"]
 # Kubernetes Events about budgets, policies and replays (a repeated event is patched).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{- define "backlog-operator.replayNamespaceRules" -}}
+# Replays: the frozen scope and the audit trail are created (create) and read back with the
+# eventIdsFrom source (get); batches run as Jobs created once (create) and only ever
+# suspended or resumed (patch).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{- define "backlog-operator.budgetNamespaceRules" -}}
+# Budgets: the consumer control document, read (get) and written with server-side apply,
+# which creates it the first time (create, patch).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
 {{- end }}

@@ -204,11 +204,12 @@ pub fn operation_id(uid: &str) -> String {
 // Approval
 
 /// Why an approval does not count (the API server's admission policy refuses these already;
-/// the operator checks again so that a cluster without the policy still needs two people).
+/// the operator checks again so that a cluster without the policy still needs two people who
+/// approved exactly the frozen list).
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ApprovalProblem {
     #[error(
-        "waiting for approval: a member of the approvers group other than {requested_by} sets spec.approval.approvedBy to their own user name"
+        "waiting for approval: a member of the approvers group other than {requested_by} reviews the frozen list and sets spec.approval.approvedBy to their own user name and spec.approval.scopeSha256 to status.scope.sha256"
     )]
     Missing { requested_by: String },
     #[error("spec.approval.approvedBy is empty: the approver sets it to their own user name")]
@@ -220,6 +221,18 @@ pub enum ApprovalProblem {
         approved_by: String,
         requested_by: String,
     },
+    #[error(
+        "spec.approval was given before the scope was frozen (status.scope is empty), so it names no list: an approver removes spec.approval and approves again with scopeSha256 set to status.scope.sha256 once the scope is frozen"
+    )]
+    BeforeFreeze,
+    #[error(
+        "spec.approval.scopeSha256 {approved} is not the frozen list's sha256 (status.scope.sha256 {frozen}): the approval covers another list. An approver reviews ConfigMap {config_map} and approves again with scopeSha256 {frozen}"
+    )]
+    ScopeMismatch {
+        approved: String,
+        frozen: String,
+        config_map: String,
+    },
 }
 
 impl ApprovalProblem {
@@ -228,29 +241,58 @@ impl ApprovalProblem {
             ApprovalProblem::Missing { .. } => "AwaitingApproval",
             ApprovalProblem::Blank => "ApproverMissing",
             ApprovalProblem::SelfApproved { .. } => "SelfApproval",
+            ApprovalProblem::BeforeFreeze => "ApprovedBeforeFreeze",
+            ApprovalProblem::ScopeMismatch { .. } => "ScopeMismatch",
         }
     }
 }
 
-/// The approver, if the approval counts: present, not blank, and not the requester (compared
-/// without case and surrounding blanks, so `Alice` cannot approve `alice`'s replay).
+/// An approval as the spec states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApprovalClaim<'a> {
+    pub approved_by: &'a str,
+    /// The sha256 of the list the approver says they reviewed.
+    pub scope_sha256: &'a str,
+}
+
+/// The frozen list an approval must name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrozenList<'a> {
+    pub sha256: &'a str,
+    pub config_map: &'a str,
+}
+
+/// The approver, if the approval counts: present, not blank, not the requester (compared
+/// without case and surrounding blanks, so `Alice` cannot approve `alice`'s replay), and
+/// signing exactly the frozen list (`frozen` is `None` while the scope is not frozen).
 pub fn check_approval(
     requested_by: &str,
-    approved_by: Option<&str>,
+    approval: Option<ApprovalClaim<'_>>,
+    frozen: Option<FrozenList<'_>>,
 ) -> Result<String, ApprovalProblem> {
-    let Some(approved_by) = approved_by else {
+    let Some(approval) = approval else {
         return Err(ApprovalProblem::Missing {
             requested_by: requested_by.to_owned(),
         });
     };
-    let approver = approved_by.trim();
+    let approver = approval.approved_by.trim();
     if approver.is_empty() {
         return Err(ApprovalProblem::Blank);
     }
     if approver.eq_ignore_ascii_case(requested_by.trim()) {
         return Err(ApprovalProblem::SelfApproved {
-            approved_by: approved_by.to_owned(),
+            approved_by: approval.approved_by.to_owned(),
             requested_by: requested_by.to_owned(),
+        });
+    }
+    let Some(frozen) = frozen else {
+        return Err(ApprovalProblem::BeforeFreeze);
+    };
+    if approval.scope_sha256 != frozen.sha256 {
+        return Err(ApprovalProblem::ScopeMismatch {
+            approved: approval.scope_sha256.to_owned(),
+            frozen: frozen.sha256.to_owned(),
+            config_map: frozen.config_map.to_owned(),
         });
     }
     Ok(approver.to_owned())
@@ -280,15 +322,132 @@ pub struct JobView {
     pub outcome: JobOutcome,
     /// When the Job finished, if it says.
     pub finished_at: Option<Timestamp>,
+    /// The fields of the Job's spec that bound what it may do.
+    pub shape: JobShape,
 }
 
-/// What is found under a stage's Job name.
+/// What is found under a stage's Job name. Whose it is, is decided by the uid the status
+/// recorded when the operator created it, never by the Job's owner references (anyone who
+/// may create Jobs may write those).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobObservation {
     Absent,
-    /// A Job of that name that this replay does not own: never adopted or changed.
-    Foreign,
     Present(JobView),
+}
+
+/// The fields of a stage's Job that bound what it does: one batch per index, one index at a
+/// time, a failed batch stops it, a deadline. A Job whose fields differ was edited after the
+/// operator created it (`parallelism` can be raised by anyone who may patch Jobs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobShape {
+    pub completion_mode: Option<String>,
+    pub completions: Option<i64>,
+    pub parallelism: Option<i64>,
+    pub backoff_limit_per_index: Option<i64>,
+    pub max_failed_indexes: Option<i64>,
+    pub active_deadline_seconds: Option<i64>,
+}
+
+impl JobShape {
+    /// The first field that differs from `expected`, as `field: found, expected`.
+    pub fn difference(&self, expected: &JobShape) -> Option<String> {
+        fn show<T: fmt::Debug>(value: &Option<T>) -> String {
+            match value {
+                Some(v) => format!("{v:?}"),
+                None => "unset".to_owned(),
+            }
+        }
+        let fields: [(&str, String, String); 6] = [
+            (
+                "completionMode",
+                show(&self.completion_mode),
+                show(&expected.completion_mode),
+            ),
+            (
+                "completions",
+                show(&self.completions),
+                show(&expected.completions),
+            ),
+            (
+                "parallelism",
+                show(&self.parallelism),
+                show(&expected.parallelism),
+            ),
+            (
+                "backoffLimitPerIndex",
+                show(&self.backoff_limit_per_index),
+                show(&expected.backoff_limit_per_index),
+            ),
+            (
+                "maxFailedIndexes",
+                show(&self.max_failed_indexes),
+                show(&expected.max_failed_indexes),
+            ),
+            (
+                "activeDeadlineSeconds",
+                show(&self.active_deadline_seconds),
+                show(&expected.active_deadline_seconds),
+            ),
+        ];
+        fields
+            .into_iter()
+            .find(|(_, found, wanted)| found != wanted)
+            .map(|(field, found, wanted)| format!("spec.{field} is {found}, not {wanted}"))
+    }
+}
+
+/// How a replay is paced (`spec.batches`), for the Jobs' deadlines and shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pacing {
+    pub rate_per_second: f64,
+    pub pause_between_seconds: f64,
+    pub retries_per_batch: u32,
+}
+
+/// Time a batch may take besides replaying its events: a Pod scheduled, its image pulled, the
+/// process started and stopped.
+pub const BATCH_OVERHEAD_SECONDS: f64 = 120.0;
+/// The least deadline of a stage's Job.
+pub const MIN_STAGE_DEADLINE_SECONDS: i64 = 600;
+/// The largest deadline of a stage's Job (30 days): a replay slower than this is mis-paced.
+pub const MAX_STAGE_DEADLINE_SECONDS: i64 = 30 * 24 * 3600;
+
+/// `activeDeadlineSeconds` of a stage's Job: twice the time its batches need at the replay's
+/// rate, with their pauses, a start-up allowance per batch and every allowed retry, so a worker
+/// that hangs cannot hold the queue forever while a healthy one never meets it.
+pub fn stage_deadline_seconds(stage: &Stage, pacing: Pacing) -> i64 {
+    let batches = f64::from(stage.batches());
+    let rate = if pacing.rate_per_second.is_finite() && pacing.rate_per_second > 0.0 {
+        pacing.rate_per_second
+    } else {
+        // The schema refuses a rate of 0; were one to reach here, no deadline could be computed
+        // from it, so the longest one applies.
+        return MAX_STAGE_DEADLINE_SECONDS;
+    };
+    let pause = pacing.pause_between_seconds.max(0.0);
+    let one_pass = f64::from(stage.events) / rate + batches * (pause + BATCH_OVERHEAD_SECONDS);
+    let attempts = f64::from(pacing.retries_per_batch) + 1.0;
+    let seconds = (2.0 * one_pass * attempts).ceil();
+    if seconds.is_finite() && seconds < MAX_STAGE_DEADLINE_SECONDS as f64 {
+        (seconds as i64).max(MIN_STAGE_DEADLINE_SECONDS)
+    } else {
+        MAX_STAGE_DEADLINE_SECONDS
+    }
+}
+
+/// The shape the operator gives a stage's Job.
+pub fn expected_shape(stage: &Stage, pacing: Pacing) -> JobShape {
+    JobShape {
+        completion_mode: Some("Indexed".to_owned()),
+        completions: Some(i64::from(stage.batches())),
+        // One batch at a time, in order: the rate limit holds and a failure stops the replay
+        // at a known line.
+        parallelism: Some(1),
+        backoff_limit_per_index: Some(i64::from(pacing.retries_per_batch)),
+        // The first batch that fails for good fails the Job: no later batch runs.
+        max_failed_indexes: Some(0),
+        active_deadline_seconds: Some(stage_deadline_seconds(stage, pacing)),
+    }
 }
 
 /// The number of indices in a Job's `completedIndexes`/`failedIndexes` list (`"1,3-5"` → 4).
@@ -441,8 +600,9 @@ pub fn queue_state(key: &str, created: Timestamp, others: &[QueueMember]) -> Que
 mod machine;
 
 pub use machine::{
-    APPROVED, Action, Decision, HALTED, JOB_ACCEPTED, Need, ReplayFacts, SCOPE_FROZEN, SCOPE_RETRY,
-    ScopeFacts, VERIFICATION_PATIENCE, VERIFICATION_RETRY, VERIFIED, WAIT_RETRY, WAITING, decide,
+    ADMITTED, APPROVED, Action, Decision, HALTED, JOB_ACCEPTED, Need, ReplayFacts, SCOPE_FROZEN,
+    SCOPE_RETRY, ScopeFacts, VERIFICATION_PATIENCE, VERIFICATION_RETRY, VERIFIED, WAIT_RETRY,
+    WAITING, decide, remembered_stages,
 };
 
 #[cfg(test)]

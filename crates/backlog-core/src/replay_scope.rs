@@ -166,11 +166,67 @@ pub fn freeze(ids: Vec<String>, source_name: &str) -> Result<FrozenIds, ScopePro
             bytes: text.len(),
         });
     }
-    let sha256 = Sha256::digest(text.as_bytes())
+    let sha256 = hex_sha256(&text);
+    Ok(FrozenIds { ids, text, sha256 })
+}
+
+/// The frozen scope's ConfigMap as the API server shows it now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredScope<'a> {
+    pub uid: &'a str,
+    pub immutable: bool,
+    /// The text under the ids key, if the key is there.
+    pub text: Option<&'a str>,
+}
+
+/// What the status recorded when the scope was frozen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordedScope<'a> {
+    pub config_map: &'a str,
+    /// The uid of the ConfigMap the operator created (absent in statuses of older operators).
+    pub uid: Option<&'a str>,
+    pub sha256: &'a str,
+}
+
+/// Whether the ConfigMap still is the frozen scope the operator created and the approver
+/// signed: same uid, immutable, and exactly the bytes whose sha256 was recorded. `Err` says
+/// what changed, naming the ConfigMap.
+pub fn verify_stored(
+    recorded: RecordedScope<'_>,
+    stored: Option<StoredScope<'_>>,
+) -> Result<(), String> {
+    let name = recorded.config_map;
+    let Some(stored) = stored else {
+        return Err(format!("ConfigMap {name}, the frozen scope, was deleted"));
+    };
+    if let Some(uid) = recorded.uid
+        && uid != stored.uid
+    {
+        return Err(format!(
+            "ConfigMap {name}, the frozen scope, was replaced by another ConfigMap of that name (uid {}, the operator created uid {uid})",
+            stored.uid
+        ));
+    }
+    if !stored.immutable {
+        return Err(format!(
+            "ConfigMap {name}, the frozen scope, is not immutable"
+        ));
+    }
+    let sha256 = hex_sha256(stored.text.unwrap_or_default());
+    if sha256 != recorded.sha256 {
+        return Err(format!(
+            "ConfigMap {name}, the frozen scope, holds ids whose sha256 is {sha256}, not the frozen and approved {}",
+            recorded.sha256
+        ));
+    }
+    Ok(())
+}
+
+fn hex_sha256(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
         .iter()
         .map(|byte| format!("{byte:02x}"))
-        .collect();
-    Ok(FrozenIds { ids, text, sha256 })
+        .collect()
 }
 
 #[cfg(test)]
@@ -244,7 +300,64 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_stored_scope_must_be_the_created_immutable_list() {
+        let frozen = freeze(vec!["a".into(), "b".into()], "x").unwrap();
+        let recorded = RecordedScope {
+            config_map: "orders-scope-5e3c1a",
+            uid: Some("u1"),
+            sha256: frozen.sha256(),
+        };
+        let stored = |uid, immutable, text| {
+            Some(StoredScope {
+                uid,
+                immutable,
+                text,
+            })
+        };
+        assert_eq!(
+            verify_stored(recorded, stored("u1", true, Some(frozen.text()))),
+            Ok(())
+        );
+        for (found, fragment) in [
+            (None, "was deleted"),
+            (stored("u2", true, Some(frozen.text())), "was replaced"),
+            (stored("u1", false, Some(frozen.text())), "is not immutable"),
+            (
+                stored("u1", true, Some("a\nc\n")),
+                "not the frozen and approved",
+            ),
+            (stored("u1", true, None), "not the frozen and approved"),
+        ] {
+            let problem = verify_stored(recorded, found).unwrap_err();
+            assert!(problem.contains(fragment), "{problem}");
+            assert!(problem.contains("orders-scope-5e3c1a"), "{problem}");
+        }
+        // A status without a recorded uid (an older operator) still checks the content.
+        let legacy = RecordedScope {
+            uid: None,
+            ..recorded
+        };
+        assert_eq!(
+            verify_stored(legacy, stored("u9", true, Some(frozen.text()))),
+            Ok(())
+        );
+    }
+
     proptest! {
+        /// Any change of the stored bytes is caught.
+        #[test]
+        fn any_edit_of_the_stored_ids_is_caught(
+            ids in proptest::collection::btree_set("[a-z0-9-]{1,20}", 1..50),
+            extra in "[a-z0-9-]{1,20}",
+        ) {
+            let frozen = freeze(ids.into_iter().collect(), "x").unwrap();
+            let recorded = RecordedScope { config_map: "c", uid: Some("u"), sha256: frozen.sha256() };
+            let edited = format!("{}{extra}\n", frozen.text());
+            let stored = StoredScope { uid: "u", immutable: true, text: Some(&edited) };
+            prop_assert!(verify_stored(recorded, Some(stored)).is_err());
+        }
+
         /// Freezing and reading back the stored text gives the same ids, in order.
         #[test]
         fn frozen_text_reads_back_as_the_same_ids(

@@ -9,8 +9,8 @@ use kube::ResourceExt;
 use crate::api::conditions::{find, is_true};
 use crate::api::replay_job::{ReplayJob, ReplayJobStatus, ReplayPhase, StageStatus};
 use crate::core::replay_plan::{
-    HALTED, Halt, JobObservation, JobOutcome, JobView, QueueMember, Stage, StageName, StageRecord,
-    VERIFIED, count_indexes,
+    HALTED, Halt, JobObservation, JobOutcome, JobShape, JobView, QueueMember, Stage, StageName,
+    StageRecord, VERIFIED, count_indexes,
 };
 
 use super::ended;
@@ -99,19 +99,28 @@ fn condition_true(job: &Job, type_: &str) -> Option<String> {
         })
 }
 
-/// A stage's Job, if any, as progress the core understands. A Job is this replay's only if an
-/// owner reference names the replay's uid.
-pub fn observe_job(job: Option<&Job>, owner_uid: &str) -> JobObservation {
+/// The fields of a Job's spec that bound what it does.
+fn shape(job: &Job) -> JobShape {
+    let Some(spec) = &job.spec else {
+        return JobShape::default();
+    };
+    JobShape {
+        completion_mode: spec.completion_mode.clone(),
+        completions: spec.completions.map(i64::from),
+        parallelism: spec.parallelism.map(i64::from),
+        backoff_limit_per_index: spec.backoff_limit_per_index.map(i64::from),
+        max_failed_indexes: spec.max_failed_indexes.map(i64::from),
+        active_deadline_seconds: spec.active_deadline_seconds,
+    }
+}
+
+/// A stage's Job, if any, as progress the core understands. Whose Job it is, is the core's
+/// decision, by the uid the status recorded (owner references prove nothing: anyone who may
+/// create Jobs may write them).
+pub fn observe_job(job: Option<&Job>) -> JobObservation {
     let Some(job) = job else {
         return JobObservation::Absent;
     };
-    let owned = job
-        .owner_references()
-        .iter()
-        .any(|owner| owner.uid == owner_uid);
-    if !owned {
-        return JobObservation::Foreign;
-    }
     let status = job.status.clone().unwrap_or_default();
     let succeeded = status
         .completed_indexes
@@ -138,7 +147,18 @@ pub fn observe_job(job: Option<&Job>, owner_uid: &str) -> JobObservation {
         failed,
         outcome,
         finished_at: status.completion_time.map(|t| t.0),
+        shape: shape(job),
     })
+}
+
+/// The key of a replay's source queue: queues are a namespace's own, so a replay in another
+/// namespace never holds up this one.
+pub fn queue_key(replay: &ReplayJob) -> String {
+    format!(
+        "{}/{}",
+        replay.namespace().unwrap_or_default(),
+        replay.spec.source.queue
+    )
 }
 
 /// `namespace/name` of a replay.
@@ -208,47 +228,69 @@ mod tests {
     }
 
     #[test]
-    fn a_job_of_someone_else_is_foreign() {
-        assert_eq!(observe_job(None, "me"), JobObservation::Absent);
-        assert_eq!(
-            observe_job(Some(&job(JobStatus::default(), "other")), "me"),
-            JobObservation::Foreign
-        );
+    fn a_job_is_seen_with_its_uid_and_shape_whoever_it_claims_to_belong_to() {
+        assert_eq!(observe_job(None), JobObservation::Absent);
+        let mut found = job(JobStatus::default(), "other");
+        found.spec = Some(k8s_openapi::api::batch::v1::JobSpec {
+            parallelism: Some(3),
+            active_deadline_seconds: Some(600),
+            ..Default::default()
+        });
+        let JobObservation::Present(view) = observe_job(Some(&found)) else {
+            panic!("present");
+        };
+        assert_eq!(view.uid, "job-1");
+        assert_eq!(view.shape.parallelism, Some(3));
+        assert_eq!(view.shape.active_deadline_seconds, Some(600));
+    }
+
+    #[test]
+    fn queues_belong_to_their_namespace() {
+        let spec: crate::api::replay_job::ReplayJobSpec =
+            serde_json::from_value(serde_json::json!({
+                "source": {"queue": "orders.dlq"},
+                "scope": {"eventIds": ["a"]},
+                "reason": "r",
+                "requestedBy": "alice",
+                "batches": {"size": 1, "canary": 1, "ratePerSecond": 1},
+                "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}},
+            }))
+            .unwrap();
+        let mut a = ReplayJob::new("r", spec.clone());
+        a.metadata.namespace = Some("team-a".into());
+        let mut b = ReplayJob::new("r", spec);
+        b.metadata.namespace = Some("team-b".into());
+        assert_eq!(queue_key(&a), "team-a/orders.dlq");
+        assert_ne!(queue_key(&a), queue_key(&b));
     }
 
     #[test]
     fn progress_comes_from_the_index_lists_and_the_conditions() {
-        let running = observe_job(
-            Some(&job(
-                JobStatus {
-                    completed_indexes: Some("0-2".into()),
-                    ..JobStatus::default()
-                },
-                "me",
-            )),
+        let running = observe_job(Some(&job(
+            JobStatus {
+                completed_indexes: Some("0-2".into()),
+                ..JobStatus::default()
+            },
             "me",
-        );
+        )));
         let JobObservation::Present(view) = running else {
             panic!("present");
         };
         assert_eq!((view.succeeded, view.failed), (3, 0));
         assert_eq!(view.outcome, JobOutcome::Running);
 
-        let failed = observe_job(
-            Some(&job(
-                JobStatus {
-                    completed_indexes: Some("0".into()),
-                    failed_indexes: Some("1".into()),
-                    conditions: Some(vec![
-                        condition("FailureTarget", "MaxFailedIndexesExceeded"),
-                        condition("Failed", "MaxFailedIndexesExceeded"),
-                    ]),
-                    ..JobStatus::default()
-                },
-                "me",
-            )),
+        let failed = observe_job(Some(&job(
+            JobStatus {
+                completed_indexes: Some("0".into()),
+                failed_indexes: Some("1".into()),
+                conditions: Some(vec![
+                    condition("FailureTarget", "MaxFailedIndexesExceeded"),
+                    condition("Failed", "MaxFailedIndexesExceeded"),
+                ]),
+                ..JobStatus::default()
+            },
             "me",
-        );
+        )));
         let JobObservation::Present(view) = failed else {
             panic!("present");
         };
@@ -258,20 +300,17 @@ mod tests {
             JobOutcome::Failed("MaxFailedIndexesExceeded".into())
         );
 
-        let done = observe_job(
-            Some(&job(
-                JobStatus {
-                    completed_indexes: Some("0".into()),
-                    conditions: Some(vec![
-                        condition("SuccessCriteriaMet", "CompletionsReached"),
-                        condition("Complete", "CompletionsReached"),
-                    ]),
-                    ..JobStatus::default()
-                },
-                "me",
-            )),
+        let done = observe_job(Some(&job(
+            JobStatus {
+                completed_indexes: Some("0".into()),
+                conditions: Some(vec![
+                    condition("SuccessCriteriaMet", "CompletionsReached"),
+                    condition("Complete", "CompletionsReached"),
+                ]),
+                ..JobStatus::default()
+            },
             "me",
-        );
+        )));
         assert!(matches!(
             done,
             JobObservation::Present(JobView {

@@ -1,5 +1,6 @@
-//! A stage's Indexed Job: built from the spec and the recorded stage (pure), created once with
-//! server-side apply, and afterwards only ever suspended or resumed.
+//! A stage's Indexed Job: built from the spec and the recorded stage (pure), created once with a
+//! plain create (POST: it fails if anything of that name exists, so nothing is ever taken
+//! over), and afterwards only ever suspended or resumed.
 
 use std::collections::BTreeMap;
 
@@ -9,12 +10,12 @@ use k8s_openapi::api::core::v1::{
     SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::api::replay_job::{FrozenScope, ReplayJob};
 use crate::controller::apply::FIELD_MANAGER;
-use crate::core::replay_plan::{StageRecord, operation_id};
+use crate::core::replay_plan::{Pacing, StageRecord, expected_shape, operation_id};
 
 /// Label on every Job (and its Pods) of a replay: the replay's name.
 pub const LABEL_REPLAY: &str = "backlog.dev/replay";
@@ -110,10 +111,15 @@ fn restrict_container(container: &mut Container) {
     context.run_as_non_root.get_or_insert(true);
     context.allow_privilege_escalation.get_or_insert(false);
     context.read_only_root_filesystem.get_or_insert(true);
-    context.capabilities.get_or_insert_with(|| Capabilities {
-        add: None,
-        drop: Some(vec!["ALL".to_owned()]),
-    });
+    // Every capability is dropped whatever the template says; it may add back only what the
+    // restricted profile allows (the pod policy refuses the rest).
+    let capabilities = context
+        .capabilities
+        .get_or_insert_with(Capabilities::default);
+    let drop = capabilities.drop.get_or_insert_with(Vec::new);
+    if !drop.iter().any(|c| c == "ALL") {
+        drop.push("ALL".to_owned());
+    }
     context.seccomp_profile.get_or_insert_with(runtime_default);
 }
 
@@ -156,7 +162,13 @@ pub fn labels(replay: &str, record: &StageRecord) -> BTreeMap<String, String> {
 
 /// The Job of a stage. `None` when the replay has no uid (it was not read from the API
 /// server), since the Job could not name its owner.
-pub fn build(replay: &ReplayJob, record: &StageRecord, scope: &FrozenScope) -> Option<Job> {
+pub fn build(
+    replay: &ReplayJob,
+    record: &StageRecord,
+    scope: &FrozenScope,
+    pacing: Pacing,
+    worker_account: &str,
+) -> Option<Job> {
     let owner = replay.controller_owner_ref(&())?;
     let name = replay.name_any();
     let labels = labels(&name, record);
@@ -171,6 +183,16 @@ pub fn build(replay: &ReplayJob, record: &StageRecord, scope: &FrozenScope) -> O
     let pod = template.spec.get_or_insert_with(PodSpec::default);
     // Indexed Jobs with backoffLimitPerIndex require it; a retry is a new Pod anyway.
     pod.restart_policy = Some("Never".to_owned());
+    // A worker without a ServiceAccount of its own would get the namespace's `default` one;
+    // it gets the dedicated one instead (the pod policy refuses any other).
+    if pod
+        .service_account_name
+        .as_deref()
+        .is_none_or(str::is_empty)
+        && pod.service_account.as_deref().is_none_or(str::is_empty)
+    {
+        pod.service_account_name = Some(worker_account.to_owned());
+    }
     restrict_pod(
         pod.security_context
             .get_or_insert_with(PodSecurityContext::default),
@@ -199,7 +221,8 @@ pub fn build(replay: &ReplayJob, record: &StageRecord, scope: &FrozenScope) -> O
         ..Volume::default()
     });
 
-    let batches = i32::try_from(record.stage.batches()).unwrap_or(i32::MAX);
+    let shape = expected_shape(&record.stage, pacing);
+    let small = |value: Option<i64>| value.and_then(|v| i32::try_from(v).ok());
     Some(Job {
         metadata: ObjectMeta {
             name: Some(record.job.clone()),
@@ -215,15 +238,15 @@ pub fn build(replay: &ReplayJob, record: &StageRecord, scope: &FrozenScope) -> O
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
+        // The shape the core expects of it (one batch per index, one at a time, a failed batch
+        // stops the Job, a deadline): a Job found with another shape was edited.
         spec: Some(JobSpec {
-            completion_mode: Some("Indexed".to_owned()),
-            completions: Some(batches),
-            // One batch at a time, in order: the rate limit holds and a failure stops the
-            // replay at a known line.
-            parallelism: Some(1),
-            backoff_limit_per_index: Some(replay.spec.batches.retries_per_batch.max(0)),
-            // The first batch that fails for good fails the Job: no later batch runs.
-            max_failed_indexes: Some(0),
+            completion_mode: shape.completion_mode,
+            completions: small(shape.completions),
+            parallelism: small(shape.parallelism),
+            backoff_limit_per_index: small(shape.backoff_limit_per_index),
+            max_failed_indexes: small(shape.max_failed_indexes),
+            active_deadline_seconds: shape.active_deadline_seconds,
             suspend: Some(false),
             template,
             ..JobSpec::default()
@@ -237,23 +260,23 @@ pub enum Verdict {
     Valid,
     /// Refused, with the server's message (names the field).
     Refused(String),
+    /// Something of that name exists already: not the operator's to take over.
+    Exists,
 }
 
-fn create_params(dry_run: bool) -> PatchParams {
-    PatchParams {
+fn post_params(dry_run: bool) -> PostParams {
+    PostParams {
         dry_run,
-        ..PatchParams::apply(FIELD_MANAGER)
+        field_manager: Some(FIELD_MANAGER.to_owned()),
     }
 }
 
 /// Asks the API server to validate the Job without creating it, so a template it refuses is
 /// reported before the replay records a start.
-pub async fn dry_run(api: &Api<Job>, job: &Job, name: &str) -> Result<Verdict, kube::Error> {
-    match api
-        .patch(name, &create_params(true), &Patch::Apply(job))
-        .await
-    {
+pub async fn dry_run(api: &Api<Job>, job: &Job) -> Result<Verdict, kube::Error> {
+    match api.create(&post_params(true), job).await {
         Ok(_) => Ok(Verdict::Valid),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Verdict::Exists),
         Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
             Ok(Verdict::Refused(status.message))
         }
@@ -261,11 +284,10 @@ pub async fn dry_run(api: &Api<Job>, job: &Job, name: &str) -> Result<Verdict, k
     }
 }
 
-/// Creates the Job with server-side apply. Called only when no Job of that name exists: the
-/// template of an existing Job is immutable and must never be applied again.
-pub async fn create(api: &Api<Job>, job: &Job, name: &str) -> Result<Job, kube::Error> {
-    api.patch(name, &create_params(false), &Patch::Apply(job))
-        .await
+/// Creates the Job; the API server refuses if any object of that name exists, so the Job the
+/// answer describes (and its uid) is the operator's own.
+pub async fn create(api: &Api<Job>, job: &Job) -> Result<Job, kube::Error> {
+    api.create(&post_params(false), job).await
 }
 
 /// Suspends or resumes a Job. A merge patch of this one field: applying a partial Job under the
@@ -306,9 +328,18 @@ mod tests {
         replay
     }
 
+    const WORKER: &str = "replay-worker";
+
+    const PACING: Pacing = Pacing {
+        rate_per_second: 2.5,
+        pause_between_seconds: 0.0,
+        retries_per_batch: 2,
+    };
+
     fn scope() -> FrozenScope {
         FrozenScope {
             config_map: "orders-scope-5e3c1a".into(),
+            config_map_uid: Some("cm-uid".into()),
             count: 3,
             sha256: "abc".into(),
             frozen_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
@@ -341,7 +372,7 @@ mod tests {
     fn the_job_is_indexed_one_batch_per_index_owned_and_labelled() {
         let replay =
             replay(serde_json::json!({"spec": {"containers": [{"name": "w", "image": "tool:1"}]}}));
-        let job = build(&replay, &main_record(), &scope()).unwrap();
+        let job = build(&replay, &main_record(), &scope(), PACING, WORKER).unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("orders-main-5e3c1a"));
         let spec = job.spec.as_ref().unwrap();
         assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
@@ -349,6 +380,9 @@ mod tests {
         assert_eq!(spec.parallelism, Some(1));
         assert_eq!(spec.backoff_limit_per_index, Some(2));
         assert_eq!(spec.max_failed_indexes, Some(0));
+        let deadline =
+            crate::core::replay_plan::stage_deadline_seconds(&main_record().stage, PACING);
+        assert_eq!(spec.active_deadline_seconds, Some(deadline));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.controller),
@@ -373,7 +407,7 @@ mod tests {
             "name": "w", "image": "tool:1",
             "env": [{"name": "REPLAY_EVENT_IDS_FILE", "value": "/elsewhere"}, {"name": "KEEP", "value": "1"}]
         }]}}));
-        let job = build(&replay, &main_record(), &scope()).unwrap();
+        let job = build(&replay, &main_record(), &scope(), PACING, WORKER).unwrap();
         let pod = job.spec.unwrap().template.spec.unwrap();
         let env = env_of(&pod.containers[0]);
         assert_eq!(env["REPLAY_EVENT_IDS_FILE"], EVENT_IDS_FILE);
@@ -408,7 +442,7 @@ mod tests {
                 {"name": "writable", "image": "tool:1", "securityContext": {"readOnlyRootFilesystem": false}}
             ]
         }}));
-        let job = build(&replay, &main_record(), &scope()).unwrap();
+        let job = build(&replay, &main_record(), &scope(), PACING, WORKER).unwrap();
         let pod = job.spec.unwrap().template.spec.unwrap();
         let plain = pod.containers[0].security_context.clone().unwrap();
         assert_eq!(plain.run_as_non_root, Some(true));
@@ -427,12 +461,30 @@ mod tests {
     }
 
     #[test]
+    fn every_capability_is_dropped_and_the_worker_gets_its_own_service_account() {
+        let replay = replay(serde_json::json!({"spec": {"containers": [
+            {"name": "w", "image": "tool:1", "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}}
+        ]}}));
+        let job = build(&replay, &main_record(), &scope(), PACING, WORKER).unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let capabilities = pod.containers[0]
+            .security_context
+            .clone()
+            .unwrap()
+            .capabilities
+            .unwrap();
+        assert_eq!(capabilities.drop, Some(vec!["ALL".to_owned()]));
+        assert_eq!(capabilities.add, Some(vec!["NET_BIND_SERVICE".to_owned()]));
+        assert_eq!(pod.service_account_name.as_deref(), Some(WORKER));
+    }
+
+    #[test]
     fn the_same_stage_builds_the_same_job() {
         let replay =
             replay(serde_json::json!({"spec": {"containers": [{"name": "w", "image": "tool:1"}]}}));
         assert_eq!(
-            build(&replay, &main_record(), &scope()),
-            build(&replay, &main_record(), &scope())
+            build(&replay, &main_record(), &scope(), PACING, WORKER),
+            build(&replay, &main_record(), &scope(), PACING, WORKER)
         );
     }
 }

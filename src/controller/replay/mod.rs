@@ -1,11 +1,16 @@
-//! The ReplayJob controller: freezes the scope, waits for a second person's approval, runs the
-//! canary batch, checks its effects, then runs the rest — as Indexed Jobs, one index per batch.
+//! The ReplayJob controller: freezes the scope, waits for a second person's approval of exactly
+//! that scope, runs the canary batch, checks its effects, then runs the rest — as Indexed Jobs,
+//! one index per batch.
 //!
 //! Thin: the decisions are `core::replay_plan`; this module reads the replay, its ConfigMap and
-//! Jobs, asks Prometheus when the decision needs it, and writes what was decided.
+//! Jobs, asks Prometheus when the decision needs it, and writes what was decided. Children are
+//! trusted only by the uid the API server answered the operator's create with.
 
+pub mod audit;
 mod facts;
 mod job;
+mod memory;
+pub mod pod_policy;
 mod reconcile;
 mod scope;
 mod status;
@@ -17,12 +22,12 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
-use tokio::sync::Mutex;
 
 use crate::api::replay_job::{ReplayJob, ReplayPhase};
 
 use super::Scope;
 use super::context::Context;
+use memory::{ChildMemory, KeyedLocks};
 
 pub use job::{EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE};
 
@@ -31,14 +36,14 @@ pub const CONTROLLER: &str = "replayjob";
 /// What the replay reconciler needs besides the shared context.
 pub struct ReplayContext {
     pub base: Arc<Context>,
-    /// Where the controller watches, for the live list of replays on a queue.
-    scope: Scope,
-    /// Serializes the decision to start a replay: under it the replays of the queue are listed
-    /// from the API server (not the cache) and the start is recorded, so two replays of one
-    /// queue approved at the same moment cannot both start.
-    start_lock: Mutex<()>,
+    /// Serializes the decision to start a replay, per namespace and source queue: under it the
+    /// replays of the queue are listed from the API server (not the cache) and the start is
+    /// recorded, so two replays of one queue approved at the same moment cannot both start.
+    /// Replays of other queues never wait for it.
+    queue_locks: KeyedLocks,
+    /// Children this process created, until the status records them.
+    children: ChildMemory,
 }
-
 /// Phases in which a replay has ended for good (for its queue, at least).
 pub fn ended(phase: Option<ReplayPhase>) -> bool {
     matches!(
@@ -54,11 +59,12 @@ fn waiting_behind(store: &Store<ReplayJob>, changed: &ReplayJob) -> Vec<ObjectRe
     if !ended(phase) && changed.metadata.deletion_timestamp.is_none() {
         return Vec::new();
     }
+    let queue = facts::queue_key(changed);
     store
         .state()
         .iter()
         .filter(|other| {
-            other.spec.source.queue == changed.spec.source.queue
+            facts::queue_key(other) == queue
                 && other.uid() != changed.uid()
                 && other.status.as_ref().and_then(|s| s.phase) == Some(ReplayPhase::Approved)
         })
@@ -72,8 +78,8 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let queue_store = controller.store();
     let context = Arc::new(ReplayContext {
         base: ctx,
-        scope: scope.clone(),
-        start_lock: Mutex::new(()),
+        queue_locks: KeyedLocks::default(),
+        children: ChildMemory::default(),
     });
     controller
         // Only the Jobs this controller made carry the label: no watch on every Job.

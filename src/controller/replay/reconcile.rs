@@ -1,15 +1,19 @@
 //! One ReplayJob reconcile: read → freeze the scope → decide (core) → record → act.
 //!
-//! A stage is recorded in the status before its Job is created, and the Job is created only if
-//! none exists under its deterministic name: an operator stopped at any point creates no second
-//! Job for a stage and skips none.
+//! A stage is recorded in the status before its Job is created, the Job is created with a
+//! plain create, and the uid of the answer is recorded right after: the stage follows that Job
+//! and no other. Every status write is conditional on the version it was decided from, so a
+//! decision made on a stale view is never written; records of children this process created
+//! are kept in memory until the status shows them.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch};
+use kube::api::{ListParams, Patch, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -18,17 +22,22 @@ use tracing::{info, warn};
 
 use crate::api::readiness;
 use crate::api::replay_job::{ReplayJob, ReplayJobStatus, ReplayPhase};
-use crate::controller::apply::apply_params;
+use crate::controller::apply::{FIELD_MANAGER, apply_params};
 use crate::controller::error::{Error, KubeContext};
 use crate::core::replay_plan::{
-    Action, BatchPlan, CheckOutcome, CheckResult, Need, QueueState, ReplayFacts, ScopeFacts,
-    StageName, check_approval, check_result, decide, job_name, queue_state,
+    Action, ApprovalClaim, BatchPlan, CheckOutcome, CheckResult, FrozenList, Need, Pacing,
+    QueueState, ReplayFacts, ScopeFacts, StageName, check_approval, check_result, decide, job_name,
+    queue_state, remembered_stages,
 };
 
+use super::audit::{self, Subject};
 use super::facts::{
-    created, key, observe_job, queue_member, recorded_halt, recorded_stages, recorded_verified,
+    created, key, observe_job, queue_key, queue_member, recorded_halt, recorded_stages,
+    recorded_verified,
 };
 use super::job::{self, Verdict};
+use super::memory::{Child, Created};
+use super::pod_policy;
 use super::scope::{self, Freeze};
 use super::status::{self, StatusInputs};
 use super::{CONTROLLER, ReplayContext, ended};
@@ -39,6 +48,10 @@ const IDLE_RECHECK: Duration = Duration::from_secs(300);
 const ENDED_RECHECK: Duration = Duration::from_secs(3600);
 /// Queries older than this are asked again.
 const QUERY_MAX_AGE: Duration = Duration::from_secs(1);
+/// The longest one API call on the start path may take.
+const API_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest a replay waits for its queue's lock before it looks again later.
+const QUEUE_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Error)]
 pub enum ReplayError {
@@ -82,6 +95,72 @@ pub fn error_policy(
     Requeue::requeue(Duration::from_secs(5))
 }
 
+/// Bounds an API call: a call that hangs fails the reconcile (and is retried) instead of
+/// holding a queue's lock or the replay forever.
+async fn timed<T>(
+    what: impl FnOnce() -> String,
+    call: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<Result<T, kube::Error>, Error> {
+    tokio::time::timeout(API_TIMEOUT, call)
+        .await
+        .map_err(|_| Error::Timeout {
+            what: what(),
+            seconds: API_TIMEOUT.as_secs(),
+        })
+}
+
+/// Forgets the children the status has caught up with.
+fn forget_recorded(ctx: &ReplayContext, uid: &str, status: &ReplayJobStatus) {
+    let memory = &ctx.children;
+    if let (Some(Created::Uid(remembered)), Some(scope)) =
+        (memory.recall(uid, Child::Scope), &status.scope)
+        && scope.config_map_uid.as_deref() == Some(remembered.as_str())
+    {
+        memory.forget(uid, Child::Scope);
+    }
+    for stage in &status.stages {
+        let Some(name) = StageName::parse(&stage.name) else {
+            continue;
+        };
+        if let Some(Created::Uid(remembered)) = memory.recall(uid, Child::Job(name))
+            && stage.job_uid.as_deref() == Some(remembered.as_str())
+        {
+            memory.forget(uid, Child::Job(name));
+        }
+    }
+    if status.audit_config_map.is_some() {
+        memory.forget(uid, Child::Audit);
+    }
+}
+
+/// What the operator itself refuses in the spec: the worker pod policy and the Prometheus
+/// allowlist. Each entry names the field and the fix.
+fn refusals(ctx: &ReplayContext, replay: &ReplayJob) -> Vec<String> {
+    let mut refused = pod_policy::problems(&replay.spec.template, &ctx.base.worker_policy);
+    if let Some(prometheus) = &replay.spec.prometheus
+        && let Err(problem) = ctx.base.queries.permits(&prometheus.address)
+    {
+        refused.push(problem.to_string());
+    }
+    refused
+}
+
+fn pacing(replay: &ReplayJob) -> Pacing {
+    let batches = &replay.spec.batches;
+    Pacing {
+        rate_per_second: batches.rate_per_second,
+        // The schema checks the duration; an unparsable one (from an older schema) counts as
+        // no pause, which only shortens the deadline.
+        pause_between_seconds: batches
+            .pause_between
+            .as_deref()
+            .and_then(|p| crate::consumer::parse_go_duration(p).ok())
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0),
+        retries_per_batch: u32::try_from(batches.retries_per_batch).unwrap_or(0),
+    }
+}
+
 async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeue, ReplayError> {
     let name = replay.name_any();
     let namespace = replay.namespace().ok_or_else(|| Error::MissingNamespace {
@@ -94,21 +173,34 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
     })?;
     if replay.metadata.deletion_timestamp.is_some() {
         // Being deleted: its Jobs and ConfigMap go with it (owner references); start nothing.
+        for child in [
+            Child::Scope,
+            Child::Audit,
+            Child::Job(StageName::Canary),
+            Child::Job(StageName::Main),
+        ] {
+            ctx.children.forget(&uid, child);
+        }
         return Ok(Requeue::await_change());
     }
     let client = &ctx.base.client;
     let replays: Api<ReplayJob> = Api::namespaced(client.clone(), &namespace);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &namespace);
     let previous = replay.status.clone().unwrap_or_default();
+    forget_recorded(ctx, &uid, &previous);
     let spec = &replay.spec;
     let now = Timestamp::now();
+    let subject = Subject::of(replay);
 
-    // The scope is frozen on first sight and never read again.
+    // The scope is frozen on first sight and never read from its source again.
     let frozen = match &previous.scope {
         Some(frozen) => Ok(frozen.clone()),
-        None => match scope::freeze(client, replay, &namespace, &uid, now).await? {
+        None => match scope::freeze(client, replay, &namespace, &uid, now, &ctx.children).await? {
             Freeze::Frozen(frozen) => Ok(frozen),
-            Freeze::NotFrozen { message, permanent } => Err((message, permanent)),
+            Freeze::NotFrozen { message, permanent } => {
+                Err(ScopeFacts::NotFrozen { message, permanent })
+            }
+            Freeze::Foreign { message } => Err(ScopeFacts::Foreign { message }),
         },
     };
     let scope_facts = match &frozen {
@@ -117,10 +209,7 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
             config_map: frozen.config_map.clone(),
             sha256: frozen.sha256.clone(),
         },
-        Err((message, permanent)) => ScopeFacts::NotFrozen {
-            message: message.clone(),
-            permanent: *permanent,
-        },
+        Err(facts) => facts.clone(),
     };
 
     // The Jobs under their deterministic names, read from the API server (not a cache).
@@ -132,17 +221,28 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
                 .get_opt(&job_name)
                 .await
                 .context(|| format!("reading Job {namespace}/{job_name}"))?;
-            observed.push((stage, observe_job(found.as_ref(), &uid)));
+            observed.push((stage, observe_job(found.as_ref())));
         }
     }
 
     let plan = BatchPlan::new(spec.batches.canary, spec.batches.size);
+    let pacing = pacing(replay);
     let approval = check_approval(
         &spec.requested_by,
-        spec.approval.as_ref().map(|a| a.approved_by.as_str()),
+        spec.approval.as_ref().map(|a| ApprovalClaim {
+            approved_by: &a.approved_by,
+            scope_sha256: &a.scope_sha256,
+        }),
+        frozen.as_ref().ok().map(|f| FrozenList {
+            sha256: &f.sha256,
+            config_map: &f.config_map,
+        }),
     );
-    let stages = recorded_stages(&previous);
+    let stages = remembered_stages(recorded_stages(&previous), &ctx.children.jobs(&uid));
     let started = stages.iter().any(|s| s.started_at.is_some());
+    let creation_refused = StageName::ALL
+        .into_iter()
+        .find(|stage| ctx.children.recall(&uid, Child::Job(*stage)) == Some(Created::Refused));
     let mut facts = ReplayFacts {
         replay: name.clone(),
         uid: uid.clone(),
@@ -164,21 +264,36 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
         verification: None,
         queue: None,
         rejected: None,
+        refused: refusals(ctx, replay),
+        pacing,
+        scope_check: None,
+        creation_refused,
         now,
     };
 
-    // Decide, fetching what the decision asks for. Deciding to start happens under the start
-    // lock, held until the start is recorded.
+    // Decide, fetching what the decision asks for. Deciding to start happens under the lock of
+    // the replay's queue, held until the start is recorded.
     let mut decision = decide(&facts);
-    let mut start_guard = None;
+    let mut queue_guard = None;
     loop {
         match decision.need {
             Some(Need::Queue) if facts.queue.is_none() => {
-                start_guard = Some(ctx.start_lock.lock().await);
+                let key = queue_key(replay);
+                let Some(guard) = ctx.queue_locks.acquire(&key, QUEUE_LOCK_WAIT).await else {
+                    info!(replay = %name, namespace = %namespace, queue = %key, "another replay of the queue is starting; looking again shortly");
+                    return Ok(Requeue::requeue(Duration::from_secs(2)));
+                };
+                queue_guard = Some(guard);
                 facts.queue = Some(queue(ctx, replay).await?);
             }
             Some(Need::Verification) if facts.verification.is_none() => {
                 facts.verification = Some(verify(ctx, replay).await);
+            }
+            Some(Need::ScopeCheck) if facts.scope_check.is_none() => {
+                let Ok(recorded) = &frozen else {
+                    break;
+                };
+                facts.scope_check = Some(scope::check(client, &namespace, recorded).await?);
             }
             _ => break,
         }
@@ -189,18 +304,40 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
     // refuses is reported before the start is recorded and the approval locked.
     let mut to_create = None;
     if let (Some(Action::Start(record)), Ok(frozen)) = (&decision.action, &frozen) {
-        let job = job::build(replay, record, frozen).ok_or_else(|| ReplayError::MissingUid {
-            namespace: namespace.clone(),
-            name: name.clone(),
+        let worker = ctx.base.worker_policy.default_account();
+        let job = job::build(replay, record, frozen, pacing, worker).ok_or_else(|| {
+            ReplayError::MissingUid {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            }
         })?;
-        match job::dry_run(&jobs, &job, &record.job)
-            .await
-            .context(|| format!("validating Job {namespace}/{}", record.job))?
-        {
+        let verdict = timed(
+            || format!("validating Job {namespace}/{}", record.job),
+            job::dry_run(&jobs, &job),
+        )
+        .await?
+        .context(|| format!("validating Job {namespace}/{}", record.job))?;
+        match verdict {
             Verdict::Valid => to_create = Some((record.clone(), job)),
             Verdict::Refused(message) => {
                 facts.rejected = Some((record.stage.name, message));
                 decision = decide(&facts);
+            }
+            Verdict::Exists => {
+                // Someone created a Job under the stage's name since it was read: look at it.
+                let found = jobs
+                    .get_opt(&record.job)
+                    .await
+                    .context(|| format!("reading Job {namespace}/{}", record.job))?;
+                facts.jobs.retain(|(stage, _)| *stage != record.stage.name);
+                facts
+                    .jobs
+                    .push((record.stage.name, observe_job(found.as_ref())));
+                decision = decide(&facts);
+                if matches!(decision.action, Some(Action::Start(_))) {
+                    // Gone again meanwhile: decide afresh next time rather than loop here.
+                    return Ok(Requeue::requeue(Duration::from_secs(1)));
+                }
             }
         }
     }
@@ -218,28 +355,78 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
     let readiness = readiness::of_replay(next.phase, next.message.as_deref());
     next.conditions =
         readiness::merged(&next.conditions, &readiness, next.observed_generation, now);
+    let mut version = replay.resource_version();
     if next != previous {
-        // Recording a start is conditional on the replay being the version decided on: had the
-        // approval changed meanwhile, the start would rest on an approval that is gone.
-        let precondition = to_create.as_ref().and(replay.resource_version());
-        match write_status(&replays, &name, &next, precondition.as_deref()).await {
-            Err(kube::Error::Api(status)) if status.code == 409 && precondition.is_some() => {
-                info!(replay = %name, namespace = %namespace, "changed while starting a stage; deciding again");
+        // Written only onto the version decided from: a decision made on a stale view (the
+        // watch cache behind, or the approval changed meanwhile) is decided again instead.
+        let written = timed(
+            || format!("writing the status of ReplayJob {namespace}/{name}"),
+            write_status(&replays, &name, &next, version.as_deref()),
+        )
+        .await?;
+        match written {
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                info!(replay = %name, namespace = %namespace, "changed since it was read; deciding again");
                 return Ok(Requeue::requeue(Duration::from_secs(1)));
             }
             written => {
-                written
+                let written = written
                     .context(|| format!("writing the status of ReplayJob {namespace}/{name}"))?;
+                version = written.resource_version();
             }
         }
+        write_audit(ctx, &subject, &previous, &next, now);
     }
-    drop(start_guard);
+    drop(queue_guard);
 
     if let Some((record, job)) = to_create {
-        job::create(&jobs, &job, &record.job)
-            .await
-            .context(|| format!("creating Job {namespace}/{}", record.job))?;
-        info!(replay = %name, namespace = %namespace, job = %record.job, stage = %record.stage.name, "stage started");
+        let stage = record.stage.name;
+        let created = timed(
+            || format!("creating Job {namespace}/{}", record.job),
+            job::create(&jobs, &job),
+        )
+        .await?;
+        let created = match created {
+            Ok(created) => created,
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // Someone created it first: the next reconcile finds it and halts.
+                warn!(replay = %name, namespace = %namespace, job = %record.job, "a Job of that name exists already; it is not the operator's");
+                return Ok(Requeue::requeue(Duration::from_secs(1)));
+            }
+            Err(kube::Error::Api(status)) => {
+                // The API server answered that it did not create it: it may be created again.
+                ctx.children
+                    .remember(&uid, Child::Job(stage), Created::Refused);
+                return Err(Error::Kube {
+                    context: format!("creating Job {namespace}/{}", record.job),
+                    source: kube::Error::Api(status),
+                }
+                .into());
+            }
+            Err(error) => {
+                return Err(Error::Kube {
+                    context: format!("creating Job {namespace}/{}", record.job),
+                    source: error,
+                }
+                .into());
+            }
+        };
+        let job_uid = created.uid().unwrap_or_default();
+        ctx.children
+            .remember(&uid, Child::Job(stage), Created::Uid(job_uid.clone()));
+        info!(replay = %name, namespace = %namespace, job = %record.job, job_uid = %job_uid, stage = %stage, "stage started");
+        let recorded = status::with_job_uid(&next, stage, &job_uid);
+        match write_status(&replays, &name, &recorded, version.as_deref()).await {
+            Ok(written) => {
+                write_audit(ctx, &subject, &next, &recorded, now);
+                next = recorded;
+                version = written.resource_version();
+            }
+            // The memory vouches for the Job until a later write records it.
+            Err(error) => {
+                warn!(replay = %name, namespace = %namespace, %error, "the Job's uid is not recorded yet; it will be")
+            }
+        }
         let lines = record.stage.first_event + 1..=record.stage.first_event + record.stage.events;
         publish(
             ctx,
@@ -247,8 +434,8 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
             EventType::Normal,
             "StageStarted",
             format!(
-                "{} stage: Job {} replays {} event(s) (lines {}-{} of ConfigMap {}) in {} batch(es)",
-                record.stage.name,
+                "{} stage: Job {} (uid {job_uid}) replays {} event(s) (lines {}-{} of ConfigMap {}) in {} batch(es)",
+                stage,
                 record.job,
                 record.stage.events,
                 lines.start(),
@@ -270,6 +457,9 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
         };
         publish(ctx, replay, EventType::Normal, reason, note).await;
     }
+    if ended(next.phase) && next.audit_config_map.is_none() {
+        archive(ctx, replay, &next, version.as_deref(), now).await?;
+    }
     announce(ctx, replay, &previous, &next).await;
 
     Ok(Requeue::requeue(decision.recheck_after.unwrap_or(
@@ -281,18 +471,93 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
     )))
 }
 
-/// Whether another replay holds the source queue, from a live list (not the cache).
+/// Writes one audit line per transition.
+fn write_audit(
+    ctx: &ReplayContext,
+    subject: &Subject,
+    previous: &ReplayJobStatus,
+    next: &ReplayJobStatus,
+    now: Timestamp,
+) {
+    for record in audit::transitions(subject, previous, next, now) {
+        ctx.base.audit.write(&record);
+    }
+}
+
+/// Writes the trail of a replay that ended into an immutable ConfigMap it does not own, once,
+/// and records its name.
+async fn archive(
+    ctx: &ReplayContext,
+    replay: &ReplayJob,
+    status: &ReplayJobStatus,
+    version: Option<&str>,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let name = replay.name_any();
+    let namespace = replay.namespace().unwrap_or_default();
+    let uid = replay.uid().unwrap_or_default();
+    let archived = match ctx.children.recall(&uid, Child::Audit) {
+        Some(Created::Uid(archived)) => archived,
+        _ => {
+            let config_maps: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), &namespace);
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PostParams::default()
+            };
+            let written = match config_maps
+                .create(&params, &audit::archive(replay, status, now))
+                .await
+            {
+                Ok(written) => written,
+                Err(kube::Error::Api(refusal)) if refusal.code == 403 => {
+                    // The log lines are the trail then; say once per reconcile why.
+                    warn!(replay = %name, namespace = %namespace, refusal = %refusal.message, "the operator may not create the audit ConfigMap in this namespace");
+                    return Ok(());
+                }
+                Err(error) => {
+                    return Err(error).context(|| {
+                        format!("writing the audit trail of ReplayJob {namespace}/{name}")
+                    });
+                }
+            };
+            let archived = written.name_any();
+            ctx.children
+                .remember(&uid, Child::Audit, Created::Uid(archived.clone()));
+            info!(replay = %name, namespace = %namespace, configmap = %archived, "audit trail archived");
+            archived
+        }
+    };
+    let mut recorded = status.clone();
+    recorded.audit_config_map = Some(archived);
+    let replays: Api<ReplayJob> = Api::namespaced(ctx.base.client.clone(), &namespace);
+    if let Err(error) = write_status(&replays, &name, &recorded, version).await {
+        // The memory keeps the name; the next reconcile records it without a second archive.
+        info!(replay = %name, namespace = %namespace, %error, "the audit ConfigMap's name is not recorded yet");
+    }
+    Ok(())
+}
+
+/// Whether another replay of the namespace holds the source queue, from a live list (not the
+/// cache). Replays of other namespaces never count: a tenant cannot hold up another's replay.
 async fn queue(ctx: &ReplayContext, replay: &ReplayJob) -> Result<QueueState, Error> {
-    let all = ctx
-        .scope
-        .api::<ReplayJob>(&ctx.base.client)
-        .list(&ListParams::default())
-        .await
-        .context(|| "listing ReplayJobs to find the replays of the same source queue".to_owned())?;
+    let namespace = replay.namespace().unwrap_or_default();
+    let what = || {
+        format!(
+            "listing the ReplayJobs of namespace {namespace} to find the replays of the same source queue"
+        )
+    };
+    let all = timed(
+        what,
+        Api::<ReplayJob>::namespaced(ctx.base.client.clone(), &namespace)
+            .list(&ListParams::default()),
+    )
+    .await?
+    .context(what)?;
+    let queue = queue_key(replay);
     let members: Vec<_> = all
         .items
         .iter()
-        .filter(|other| other.spec.source.queue == replay.spec.source.queue)
+        .filter(|other| queue_key(other) == queue)
         .map(queue_member)
         .collect();
     Ok(queue_state(&key(replay), created(replay), &members))

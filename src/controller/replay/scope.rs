@@ -1,12 +1,14 @@
 //! Freezing the scope on first sight: the ids, inline or from a ConfigMap, are copied into an
-//! immutable ConfigMap owned by the replay. Later edits of the source change nothing.
+//! immutable ConfigMap owned by the replay, created with a plain create so that a ConfigMap
+//! someone put under its name first is never taken for it. Later edits of the source change
+//! nothing, and the frozen ConfigMap is checked again before every stage.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::api::replay_job::{FrozenScope, ReplayJob};
@@ -14,10 +16,12 @@ use crate::controller::apply::FIELD_MANAGER;
 use crate::controller::error::{Error, KubeContext};
 use crate::core::replay_plan::scope_config_map_name;
 use crate::core::replay_scope::{
-    FrozenIds, ScopeProblem, check_id_list, freeze as freeze_ids, parse_id_lines,
+    FrozenIds, RecordedScope, ScopeProblem, StoredScope, check_id_list, freeze as freeze_ids,
+    parse_id_lines, verify_stored,
 };
 
 use super::job::{EVENT_IDS_KEY, LABEL_REPLAY};
+use super::memory::{Child, ChildMemory, Created};
 
 /// The outcome of an attempt to freeze.
 pub enum Freeze {
@@ -27,12 +31,24 @@ pub enum Freeze {
         message: String,
         permanent: bool,
     },
+    /// A ConfigMap under the frozen scope's name that the operator did not create.
+    Foreign {
+        message: String,
+    },
 }
 
 fn not_yet(message: String) -> Freeze {
     Freeze::NotFrozen {
         message,
         permanent: false,
+    }
+}
+
+fn foreign(name: &str) -> Freeze {
+    Freeze::Foreign {
+        message: format!(
+            "ConfigMap {name} exists but was not created by the operator for this ReplayJob; the frozen scope is only ever a ConfigMap the operator created, whatever its owner references say. Find out who created it (the API server's audit log), delete it and create a new ReplayJob"
+        ),
     }
 }
 
@@ -55,9 +71,10 @@ fn source(replay: &ReplayJob) -> Source<'_> {
     }
 }
 
-fn frozen_scope(config_map: &str, ids: &FrozenIds, at: Timestamp) -> FrozenScope {
+fn frozen_scope(config_map: &str, uid: &str, ids: &FrozenIds, at: Timestamp) -> FrozenScope {
     FrozenScope {
         config_map: config_map.to_owned(),
+        config_map_uid: Some(uid.to_owned()),
         count: i32::try_from(ids.count()).unwrap_or(i32::MAX),
         sha256: ids.sha256().to_owned(),
         frozen_at: Time(at),
@@ -71,21 +88,22 @@ pub async fn freeze(
     namespace: &str,
     uid: &str,
     now: Timestamp,
+    memory: &ChildMemory,
 ) -> Result<Freeze, Error> {
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let name = scope_config_map_name(&replay.name_any(), uid);
 
-    // An earlier reconcile may have frozen the list and stopped before writing the status: the
-    // ConfigMap then is the frozen list, whatever the source says by now.
+    // A ConfigMap under the name is the frozen list only if this process created it and the
+    // status write recording it did not happen (yet): then it is the list, whatever the source
+    // says by now. Otherwise someone else put it there.
     let existing = config_maps
         .get_opt(&name)
         .await
         .context(|| format!("reading ConfigMap {namespace}/{name}"))?;
     if let Some(existing) = existing {
-        if !existing.owner_references().iter().any(|o| o.uid == uid) {
-            return Ok(not_yet(format!(
-                "ConfigMap {name} exists but is not owned by this ReplayJob; the frozen scope must be written by the operator: delete that ConfigMap"
-            )));
+        let existing_uid = existing.uid().unwrap_or_default();
+        if memory.recall(uid, Child::Scope) != Some(Created::Uid(existing_uid.clone())) {
+            return Ok(foreign(&name));
         }
         let text = existing
             .data
@@ -98,8 +116,9 @@ pub async fn freeze(
             .and_then(|ids| freeze_ids(ids, &source_name))
             .map_err(|problem| problem.to_string());
         return Ok(match frozen {
-            Ok(ids) => Freeze::Frozen(frozen_scope(
+            Ok(ids) if existing.immutable == Some(true) => Freeze::Frozen(frozen_scope(
                 &name,
+                &existing_uid,
                 &ids,
                 existing
                     .metadata
@@ -108,9 +127,13 @@ pub async fn freeze(
                     .map(|t| t.0)
                     .unwrap_or(now),
             )),
-            Err(message) => Freeze::NotFrozen {
-                message: format!("{message}; the frozen scope was altered: delete this ReplayJob"),
-                permanent: true,
+            Ok(_) => Freeze::Foreign {
+                message: format!(
+                    "ConfigMap {name}, the frozen scope, is not immutable; create a new ReplayJob"
+                ),
+            },
+            Err(message) => Freeze::Foreign {
+                message: format!("{message}; the frozen scope was altered: create a new ReplayJob"),
             },
         });
     }
@@ -136,10 +159,16 @@ pub async fn freeze(
         },
         // The source ConfigMap can still be fixed until the scope is frozen.
         Source::ConfigMap { name: source, key } => {
-            let found = config_maps
-                .get_opt(source)
-                .await
-                .context(|| format!("reading ConfigMap {namespace}/{source}"))?;
+            let found = match config_maps.get_opt(source).await {
+                Ok(found) => found,
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    return Ok(not_yet(not_permitted("read", namespace, &status.message)));
+                }
+                Err(error) => {
+                    return Err(error)
+                        .context(|| format!("reading ConfigMap {namespace}/{source}"));
+                }
+            };
             let Some(found) = found else {
                 return Ok(not_yet(format!(
                     "spec.scope.eventIdsFrom: ConfigMap {source} does not exist in namespace {namespace}; create it with the event ids one per line under key {key}"
@@ -189,13 +218,67 @@ pub async fn freeze(
         immutable: Some(true),
         ..ConfigMap::default()
     };
-    config_maps
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Apply(&config_map),
-        )
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    match config_maps.create(&params, &config_map).await {
+        Ok(created) => {
+            let created_uid = created.uid().unwrap_or_default();
+            memory.remember(uid, Child::Scope, Created::Uid(created_uid.clone()));
+            Ok(Freeze::Frozen(frozen_scope(
+                &name,
+                &created_uid,
+                &checked,
+                now,
+            )))
+        }
+        // Created by someone else between the read above and this create.
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(foreign(&name)),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            Ok(not_yet(not_permitted("create", namespace, &status.message)))
+        }
+        Err(error) => {
+            Err(error).context(|| format!("creating the frozen scope ConfigMap {namespace}/{name}"))
+        }
+    }
+}
+
+/// The operator may not touch ConfigMaps in the namespace: say who grants it.
+fn not_permitted(verb: &str, namespace: &str, refusal: &str) -> String {
+    format!(
+        "the operator may not {verb} ConfigMaps in namespace {namespace} ({refusal}): replays and budgets there need a namespace admin to bind the operator's namespace ClusterRole to its ServiceAccount (see the README's Security section)"
+    )
+}
+
+/// Checks that the frozen scope's ConfigMap is still the one the operator created, immutable,
+/// with the approved bytes. The outer `Err` is an API failure; the inner one what changed.
+pub async fn check(
+    client: &kube::Client,
+    namespace: &str,
+    recorded: &FrozenScope,
+) -> Result<Result<(), String>, Error> {
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let found = config_maps
+        .get_opt(&recorded.config_map)
         .await
-        .context(|| format!("creating the frozen scope ConfigMap {namespace}/{name}"))?;
-    Ok(Freeze::Frozen(frozen_scope(&name, &checked, now)))
+        .context(|| format!("reading ConfigMap {namespace}/{}", recorded.config_map))?;
+    let uid = found.as_ref().and_then(|c| c.uid()).unwrap_or_default();
+    let stored = found.as_ref().map(|c| StoredScope {
+        uid: &uid,
+        immutable: c.immutable == Some(true),
+        text: c
+            .data
+            .as_ref()
+            .and_then(|d| d.get(EVENT_IDS_KEY))
+            .map(String::as_str),
+    });
+    Ok(verify_stored(
+        RecordedScope {
+            config_map: &recorded.config_map,
+            uid: recorded.config_map_uid.as_deref(),
+            sha256: &recorded.sha256,
+        },
+        stored,
+    ))
 }

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::conditions::merge_conditions;
 use crate::api::replay_job::{CheckStatus, FrozenScope, ReplayJob, ReplayJobStatus};
 use crate::core::replay_plan::{
-    BatchPlan, CheckOutcome, CheckResult, Decision, operation_id, stages,
+    BatchPlan, CheckOutcome, CheckResult, Decision, StageName, operation_id, stages,
 };
 
 use super::facts::stage_status;
@@ -87,7 +87,11 @@ pub fn next(
     };
     let to_i32 = |value: u32| i32::try_from(value).unwrap_or(i32::MAX);
 
+    let ended = super::ended(Some(decision.phase));
     ReplayJobStatus {
+        // The trail written when the replay ended; a replay that runs again (a refused
+        // template fixed and approved anew) writes another when it ends again.
+        audit_config_map: previous.audit_config_map.clone().filter(|_| ended),
         observed_generation: generation,
         phase: Some(decision.phase),
         message: Some(decision.message.clone()),
@@ -114,6 +118,19 @@ pub fn next(
     }
 }
 
+/// `status` with the uid of the stage's Job, as the API server answered the create.
+pub fn with_job_uid(status: &ReplayJobStatus, stage: StageName, uid: &str) -> ReplayJobStatus {
+    let mut recorded = status.clone();
+    for record in recorded
+        .stages
+        .iter_mut()
+        .filter(|s| s.name == stage.as_str())
+    {
+        record.job_uid = Some(uid.to_owned());
+    }
+    recorded
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,7 +149,7 @@ mod tests {
             "scope": {"eventIds": ["a", "b", "c"]},
             "reason": "r",
             "requestedBy": "alice",
-            "approval": {"approvedBy": "bob", "reference": "CHG-1"},
+            "approval": {"approvedBy": "bob", "reference": "CHG-1", "scopeSha256": "0000000000000000000000000000000000000000000000000000000000000000"},
             "batches": {"size": 2, "canary": 1, "ratePerSecond": 1},
             "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}},
         }))
@@ -145,6 +162,7 @@ mod tests {
     fn scope() -> FrozenScope {
         FrozenScope {
             config_map: scope_config_map_name("r", "uid"),
+            config_map_uid: Some("cm-uid".into()),
             count: 3,
             sha256: "s".into(),
             frozen_at: Time(at(0)),
@@ -173,6 +191,14 @@ mod tests {
             verification: None,
             queue: Some(QueueState::Free),
             rejected: None,
+            refused: Vec::new(),
+            pacing: crate::core::replay_plan::Pacing {
+                rate_per_second: 1.0,
+                pause_between_seconds: 0.0,
+                retries_per_batch: 0,
+            },
+            scope_check: Some(Ok(())),
+            creation_refused: None,
             now,
         }
     }

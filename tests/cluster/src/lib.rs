@@ -21,7 +21,7 @@
 //!
 //! Users come from a static token file with a random token per user and
 //! cluster: `admin` (group `system:masters`), `alice` and `bob` (group
-//! [`APPROVERS_GROUP`]) and `carol` (no group). RBAC is the authorizer.
+//! [`APPROVERS_GROUP`]), `carol` and `mallory` (no group). RBAC is the authorizer.
 
 mod crds;
 mod http;
@@ -52,18 +52,21 @@ use crate::http::Http;
 use crate::process::{Process, Spawner};
 
 /// The users of every cluster, `admin` first.
-pub const USERS: [&str; 4] = ["admin", "alice", "bob", "carol"];
+pub const USERS: [&str; 5] = ["admin", "alice", "bob", "carol", "mallory"];
 
 /// The group of `alice` and `bob`.
 pub const APPROVERS_GROUP: &str = "backlog-approvers";
 
 /// Groups of each user in the token file (`system:authenticated` is added by
 /// the API server to everyone).
-const USER_GROUPS: [(&str, &[&str]); 4] = [
+const USER_GROUPS: [(&str, &[&str]); 5] = [
     ("admin", &["system:masters"]),
     ("alice", &[APPROVERS_GROUP]),
     ("bob", &[APPROVERS_GROUP]),
     ("carol", &[]),
+    // The hostile tenant of the security tests: no group; what she may do is what a test
+    // grants her (typically a namespace's edit rights).
+    ("mallory", &[]),
 ];
 
 /// The kubeconfig's cluster entry.
@@ -281,7 +284,7 @@ pub struct ClusterInfo {
     pub etcd_url: String,
     /// `http://127.0.0.1:PORT`, if Prometheus runs.
     pub prometheus_url: Option<String>,
-    /// Contexts `admin` (current), `alice`, `bob` and `carol`.
+    /// Contexts `admin` (current), `alice`, `bob`, `carol` and `mallory`.
     pub kubeconfig: PathBuf,
     /// The CA that signed the API server's certificate.
     pub ca_file: PathBuf,

@@ -8,7 +8,8 @@ use jiff::Timestamp;
 
 use super::{
     ApprovalProblem, BatchPlan, CheckOutcome, CheckResult, Halt, JobObservation, JobOutcome,
-    JobView, PlanProblem, QueueState, Stage, StageName, StageRecord, stages,
+    JobView, Pacing, PlanProblem, QueueState, Stage, StageName, StageRecord, expected_shape,
+    stages,
 };
 use crate::condition::{ConditionSpec, Truth};
 use crate::phase::ReplayPhase;
@@ -21,6 +22,9 @@ pub const WAITING: &str = "Waiting";
 pub const VERIFIED: &str = "Verified";
 pub const HALTED: &str = "Halted";
 pub const JOB_ACCEPTED: &str = "JobAccepted";
+/// Whether the operator's own checks of the spec (the worker pod policy, the Prometheus
+/// allowlist) let the replay run.
+pub const ADMITTED: &str = "Admitted";
 
 /// How long checks may keep returning no usable sample after the canary before the replay
 /// halts: long enough for a scrape or two and a Prometheus restart, short enough that nobody
@@ -49,6 +53,9 @@ pub enum ScopeFacts {
     /// Not frozen: why, and whether waiting can help (a missing ConfigMap may appear; a scope
     /// without ids never gets any, the scope being immutable).
     NotFrozen { message: String, permanent: bool },
+    /// A ConfigMap under the frozen scope's name that the operator did not create: the replay
+    /// halts rather than replay a list nobody froze.
+    Foreign { message: String },
 }
 
 /// Everything a decision depends on.
@@ -80,6 +87,16 @@ pub struct ReplayFacts {
     pub queue: Option<QueueState>,
     /// The API server refused the stage's Job (a dry run), with its message.
     pub rejected: Option<(StageName, String)>,
+    /// What the operator's own checks refuse in the spec, each naming the field and the fix.
+    pub refused: Vec<String>,
+    /// How the replay is paced: the Jobs' expected shape and deadline follow from it.
+    pub pacing: Pacing,
+    /// The frozen ConfigMap checked against the status (same uid, immutable, same sha256),
+    /// when asked for ([`Need::ScopeCheck`]): `Err` says what changed.
+    pub scope_check: Option<Result<(), String>>,
+    /// A stage whose Job this process asked the API server to create and was answered that it
+    /// was not created: the one case in which a started stage without a Job is created again.
+    pub creation_refused: Option<StageName>,
     pub now: Timestamp,
 }
 
@@ -100,6 +117,8 @@ pub enum Need {
     Queue,
     /// The verification checks' results.
     Verification,
+    /// The frozen ConfigMap, checked again before a stage starts and while it runs.
+    ScopeCheck,
 }
 
 /// What to do, and what the status says.
@@ -160,7 +179,45 @@ pub(super) fn job_of(facts: &ReplayFacts, name: StageName) -> &JobObservation {
         .unwrap_or(&JobObservation::Absent)
 }
 
-/// The recorded stages with the progress their Jobs show.
+/// Whose the Job under a stage's name is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ownership<'a> {
+    Absent,
+    /// The Job whose uid the stage recorded when the operator created it.
+    Ours(&'a JobView),
+    /// A Job the operator did not create (no uid recorded) or a different one (another uid).
+    Foreign,
+}
+
+fn ownership<'a>(facts: &'a ReplayFacts, record: &StageRecord) -> Ownership<'a> {
+    match job_of(facts, record.stage.name) {
+        JobObservation::Absent => Ownership::Absent,
+        JobObservation::Present(view) if record.job_uid.as_deref() == Some(view.uid.as_str()) => {
+            Ownership::Ours(view)
+        }
+        JobObservation::Present(_) => Ownership::Foreign,
+    }
+}
+
+/// The stages recorded in the status, completed with the uids this process remembers having
+/// created (a record write that failed, or a watch cache behind the operator's own writes, does
+/// not make its own Job look foreign).
+pub fn remembered_stages(
+    mut recorded: Vec<StageRecord>,
+    remembered: &[(StageName, String)],
+) -> Vec<StageRecord> {
+    for record in recorded.iter_mut() {
+        if record.started_at.is_some() && record.job_uid.is_none() {
+            record.job_uid = remembered
+                .iter()
+                .find(|(stage, _)| *stage == record.stage.name)
+                .map(|(_, uid)| uid.clone());
+        }
+    }
+    recorded
+}
+
+/// The recorded stages with the progress their own Jobs show.
 fn observe(facts: &ReplayFacts) -> Vec<StageRecord> {
     facts
         .stages
@@ -170,16 +227,11 @@ fn observe(facts: &ReplayFacts) -> Vec<StageRecord> {
             if record.started_at.is_none() {
                 return record;
             }
-            if let JobObservation::Present(view) = job_of(facts, record.stage.name) {
-                // A different uid is a replaced Job: keep the recorded one so the decision
-                // sees the replacement (and halts) instead of adopting it.
-                if record.job_uid.as_deref().is_none_or(|uid| uid == view.uid) {
-                    record.job_uid = Some(view.uid.clone());
-                    record.succeeded = view.succeeded;
-                    record.failed = view.failed;
-                    if view.outcome == JobOutcome::Succeeded && record.finished_at.is_none() {
-                        record.finished_at = Some(view.finished_at.unwrap_or(facts.now));
-                    }
+            if let Ownership::Ours(view) = ownership(facts, &record) {
+                record.succeeded = view.succeeded;
+                record.failed = view.failed;
+                if view.outcome == JobOutcome::Succeeded && record.finished_at.is_none() {
+                    record.finished_at = Some(view.finished_at.unwrap_or(facts.now));
                 }
             }
             record
@@ -203,6 +255,9 @@ pub fn decide(facts: &ReplayFacts) -> Decision {
         Some(halt) => halted(facts, stages, halt.clone()),
         None => match &facts.scope {
             ScopeFacts::NotFrozen { message, permanent } => not_frozen(stages, message, *permanent),
+            ScopeFacts::Foreign { message } => {
+                halt(facts, stages, "ForeignConfigMap", message.clone())
+            }
             ScopeFacts::Frozen { count, .. } => match facts.plan {
                 Err(ref problem) => Decision::new(ReplayPhase::Failed, problem.to_string(), stages),
                 Ok(plan) => {
@@ -215,7 +270,43 @@ pub fn decide(facts: &ReplayFacts) -> Decision {
             },
         },
     };
-    with_standing_conditions(facts, decision)
+    with_standing_conditions(facts, guard_scope(facts, decision))
+}
+
+/// Before a stage starts and while one runs, the frozen ConfigMap must still be the one the
+/// operator created, immutable, with the content whose sha256 was approved: a ConfigMap
+/// deleted and created again under its name (with other ids) halts the replay.
+fn guard_scope(facts: &ReplayFacts, decision: Decision) -> Decision {
+    if decision.need.is_some() || decision.halt.is_some() {
+        return decision;
+    }
+    let starting = matches!(decision.action, Some(Action::Start(_)));
+    let running = matches!(decision.phase, ReplayPhase::Canary | ReplayPhase::Running)
+        || (decision.phase == ReplayPhase::Suspended
+            && decision.stages.iter().any(|s| s.started_at.is_some()));
+    if !starting && !running {
+        return decision;
+    }
+    match &facts.scope_check {
+        None => Decision {
+            need: Some(Need::ScopeCheck),
+            action: None,
+            ..decision
+        },
+        Some(Ok(())) => decision,
+        Some(Err(problem)) => {
+            let message = format!(
+                "{problem}; the frozen list is not what was approved, so the replay stops before running another batch. Find out who changed it (the API server's audit log), then create a new ReplayJob"
+            );
+            // A start that did not happen is not recorded.
+            let stages = if starting {
+                observe(facts)
+            } else {
+                decision.stages
+            };
+            halt(facts, stages, "ScopeTampered", message)
+        }
+    }
 }
 
 /// Conditions every decision reports unless it said otherwise.
@@ -237,6 +328,9 @@ fn with_standing_conditions(facts: &ReplayFacts, mut decision: Decision) -> Deci
             if *permanent { "Unusable" } else { "NotYet" },
             message.clone(),
         ),
+        ScopeFacts::Foreign { message } => {
+            ConditionSpec::new(SCOPE_FROZEN, Truth::False, "Foreign", message.clone())
+        }
     };
     let approval = match &facts.approval {
         Ok(approver) => ConditionSpec::new(
@@ -271,6 +365,16 @@ fn with_standing_conditions(facts: &ReplayFacts, mut decision: Decision) -> Deci
             "spec.verification is checked when the canary has succeeded",
         )
     };
+    let admitted = if facts.refused.is_empty() {
+        ConditionSpec::new(
+            ADMITTED,
+            Truth::True,
+            "Admitted",
+            "spec.template and spec.prometheus pass the operator's checks",
+        )
+    } else {
+        ConditionSpec::new(ADMITTED, Truth::False, "Refused", refusal(facts))
+    };
     let waiting = ConditionSpec::new(
         WAITING,
         Truth::False,
@@ -303,6 +407,7 @@ fn with_standing_conditions(facts: &ReplayFacts, mut decision: Decision) -> Deci
     let verified = (decision.halt.is_none() || facts.verified).then_some(verified);
     for standing in [
         Some(scope),
+        Some(admitted),
         Some(approval),
         Some(halted),
         verified,
@@ -324,6 +429,13 @@ fn with_standing_conditions(facts: &ReplayFacts, mut decision: Decision) -> Deci
     decision
 }
 
+fn refusal(facts: &ReplayFacts) -> String {
+    format!(
+        "the operator refuses to run this replay: {}",
+        facts.refused.join("; ")
+    )
+}
+
 fn not_frozen(stages: Vec<StageRecord>, message: &str, permanent: bool) -> Decision {
     if permanent {
         Decision::new(ReplayPhase::Failed, message, stages)
@@ -335,13 +447,12 @@ fn not_frozen(stages: Vec<StageRecord>, message: &str, permanent: bool) -> Decis
 /// A halted replay stays halted: it starts nothing and resumes nothing, and keeps a Job that
 /// is still running suspended.
 fn halted(facts: &ReplayFacts, stages: Vec<StageRecord>, halt: Halt) -> Decision {
+    // Only the operator's own Job is suspended: someone else's is never touched.
     let running = stages
         .iter()
         .filter(|s| s.started_at.is_some() && s.finished_at.is_none())
-        .find_map(|s| match job_of(facts, s.stage.name) {
-            JobObservation::Present(view)
-                if view.outcome == JobOutcome::Running && !view.suspended =>
-            {
+        .find_map(|s| match ownership(facts, s) {
+            Ownership::Ours(view) if view.outcome == JobOutcome::Running && !view.suspended => {
                 Some(s.job.clone())
             }
             _ => None,
@@ -371,6 +482,14 @@ fn before_start(
     count: u32,
     plan: BatchPlan,
 ) -> Decision {
+    // Said at once, before anyone approves what could never run.
+    if !facts.refused.is_empty() {
+        let message = format!(
+            "{}. Fix the spec: before the start, an approver removes spec.approval if it is set, the requester corrects the spec, an approver approves again",
+            refusal(facts)
+        );
+        return Decision::new(ReplayPhase::Failed, message, stages);
+    }
     let approver = match &facts.approval {
         Ok(approver) => approver.clone(),
         Err(problem) => {
@@ -442,8 +561,13 @@ fn before_start(
                 .recheck(WAIT_RETRY)
         }
         Some(QueueState::Free) => {
-            if job_of(facts, StageName::Canary) == &JobObservation::Foreign {
-                return Decision::new(ReplayPhase::Failed, not_owned(&canary.job), stages);
+            // Nothing started, so no Job was created by the operator: any Job under a stage's
+            // name was put there by someone else, and is neither adopted nor overwritten.
+            if let Some(foreign) = planned
+                .iter()
+                .find(|s| matches!(job_of(facts, s.stage.name), JobObservation::Present(_)))
+            {
+                return halt(facts, stages, "ForeignJob", not_created(&foreign.job));
             }
             let mut planned = planned;
             planned[0].started_at = Some(facts.now);
@@ -457,23 +581,20 @@ fn before_start(
                 ),
                 planned,
             );
-            start(facts, decision, started)
+            start(decision, started)
         }
     }
 }
 
-/// Starts a stage: creates its Job unless one of this replay already exists (the status lost
-/// its record of a stage it had started; the Job is followed, not created twice).
-fn start(facts: &ReplayFacts, decision: Decision, record: StageRecord) -> Decision {
-    match job_of(facts, record.stage.name) {
-        JobObservation::Absent => decision.action(Action::Start(record)),
-        JobObservation::Present(_) | JobObservation::Foreign => decision,
-    }
+/// Starts a stage: records it, then creates its Job (the callers checked that no Job has its
+/// name).
+fn start(decision: Decision, record: StageRecord) -> Decision {
+    decision.action(Action::Start(record))
 }
 
-fn not_owned(job: &str) -> String {
+fn not_created(job: &str) -> String {
     format!(
-        "Job {job} exists but is not owned by this ReplayJob; the operator neither adopts nor overwrites it. Delete that Job and create a new ReplayJob"
+        "Job {job} exists but was not created by the operator for this ReplayJob (its uid is not the one recorded in status.stages); the operator neither adopts nor overwrites it, whatever its owner references say. Find out who created it (the API server's audit log), delete it and create a new ReplayJob"
     )
 }
 
@@ -494,6 +615,10 @@ fn during(facts: &ReplayFacts, stages: Vec<StageRecord>) -> Decision {
     if let Some(message) = approval_problem {
         return halt(facts, stages, "ApprovalChanged", message);
     }
+    // Without the admission policy the spec could change after the start too.
+    if !facts.refused.is_empty() {
+        return halt(facts, stages, "SpecRefused", refusal(facts));
+    }
     let Some(current) = stages
         .iter()
         .rev()
@@ -504,11 +629,18 @@ fn during(facts: &ReplayFacts, stages: Vec<StageRecord>) -> Decision {
     };
     let name = current.stage.name;
     if current.finished_at.is_none() {
-        match job_of(facts, name) {
-            JobObservation::Foreign => {
-                return halt(facts, stages, "JobNotOwned", not_owned(&current.job));
+        match ownership(facts, &current) {
+            Ownership::Foreign if current.job_uid.is_some() => {
+                let message = format!(
+                    "Job {} of the {name} stage was replaced by another Job of the same name (its uid is not the one the operator recorded); the operator does not follow a Job it did not create. Find out who replaced it (the API server's audit log) and create a new ReplayJob for the events not replayed",
+                    current.job
+                );
+                return halt(facts, stages, "JobReplaced", message);
             }
-            JobObservation::Absent => {
+            Ownership::Foreign => {
+                return halt(facts, stages, "ForeignJob", not_created(&current.job));
+            }
+            Ownership::Absent => {
                 if current.job_uid.is_some() {
                     let message = format!(
                         "Job {} of the {name} stage was deleted while it ran; its batches may have partly run, and the operator does not create it again (that could replay events twice). Create a new ReplayJob for the events not replayed",
@@ -525,8 +657,18 @@ fn during(facts: &ReplayFacts, stages: Vec<StageRecord>) -> Decision {
                     );
                     return halt(facts, stages, "JobRejected", message);
                 }
-                // Recorded as started but never created (the operator stopped in between):
-                // create it now, under the same name — unless the replay was suspended since.
+                if facts.creation_refused != Some(name) {
+                    // Either the operator stopped between recording the start and creating the
+                    // Job, or the Job was created and deleted before its uid was recorded; the
+                    // two cannot be told apart, and the second may have replayed events.
+                    let message = format!(
+                        "Job {} of the {name} stage was recorded as started, but no Job uid was recorded and no Job exists: either the operator stopped before creating it, or it was created and deleted before the operator recorded it. It is not created again (that could replay events twice); create a new ReplayJob for the events of this stage on",
+                        current.job
+                    );
+                    return halt(facts, stages, "JobNotRecorded", message);
+                }
+                // This process was told the Job was not created: create it now, under the same
+                // name — unless the replay was suspended since.
                 if facts.suspend {
                     let message = format!(
                         "suspended (spec.suspend) before Job {} of the {name} stage was created; set spec.suspend to false to create it",
@@ -538,17 +680,14 @@ fn during(facts: &ReplayFacts, stages: Vec<StageRecord>) -> Decision {
                 return Decision::new(name.running_phase(), message, stages)
                     .action(Action::Start(current));
             }
-            JobObservation::Present(view) => {
-                if current
-                    .job_uid
-                    .as_deref()
-                    .is_some_and(|uid| uid != view.uid)
-                {
+            Ownership::Ours(view) => {
+                let expected = expected_shape(&current.stage, facts.pacing);
+                if let Some(difference) = view.shape.difference(&expected) {
                     let message = format!(
-                        "Job {} of the {name} stage was replaced by another Job of the same name; the operator does not follow a Job it did not create. Create a new ReplayJob for the events not replayed",
+                        "Job {} of the {name} stage was edited after the operator created it ({difference}); the replay stops rather than run batches differently from what was approved. Find out who edited it (the API server's audit log), then create a new ReplayJob for the events not replayed",
                         current.job
                     );
-                    return halt(facts, stages, "JobReplaced", message);
+                    return halt(facts, stages, "JobTampered", message);
                 }
                 if let Some(decision) = failed_batch(facts, &stages, &current, view) {
                     return decision;
@@ -592,7 +731,7 @@ fn failed_batch(
         first_unreplayed + 1,
         match &facts.scope {
             ScopeFacts::Frozen { config_map, .. } => config_map.as_str(),
-            ScopeFacts::NotFrozen { .. } => "(not frozen)",
+            ScopeFacts::NotFrozen { .. } | ScopeFacts::Foreign { .. } => "(not frozen)",
         }
     );
     Some(halt(facts, stages.to_vec(), "BatchFailed", message))
@@ -770,8 +909,9 @@ fn next_after_canary(facts: &ReplayFacts, stages: Vec<StageRecord>) -> Decision 
         );
         return halt(facts, stages, "JobRejected", message);
     }
-    if job_of(facts, StageName::Main) == &JobObservation::Foreign {
-        return halt(facts, stages, "JobNotOwned", not_owned(&main.job));
+    // The main stage has not started, so no Job of it was created by the operator.
+    if matches!(job_of(facts, StageName::Main), JobObservation::Present(_)) {
+        return halt(facts, stages, "ForeignJob", not_created(&main.job));
     }
     let mut stages = stages;
     let mut started = main.clone();
@@ -789,5 +929,5 @@ fn next_after_canary(facts: &ReplayFacts, stages: Vec<StageRecord>) -> Decision 
         ),
         stages,
     );
-    start(facts, decision, started)
+    start(decision, started)
 }

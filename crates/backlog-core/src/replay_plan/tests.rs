@@ -37,10 +37,21 @@ fn facts(count: u32) -> ReplayFacts {
         verification: None,
         queue: None,
         rejected: None,
+        refused: Vec::new(),
+        pacing: PACING,
+        scope_check: Some(Ok(())),
+        creation_refused: None,
         now: at(1000),
     }
 }
 
+const PACING: Pacing = Pacing {
+    rate_per_second: 5.0,
+    pause_between_seconds: 10.0,
+    retries_per_batch: 0,
+};
+
+/// A Job of the operator's (uid `job-uid`); `set_job` gives it its stage's shape.
 fn view(outcome: JobOutcome, succeeded: u32, failed: u32) -> JobView {
     JobView {
         uid: "job-uid".into(),
@@ -49,6 +60,7 @@ fn view(outcome: JobOutcome, succeeded: u32, failed: u32) -> JobView {
         failed,
         outcome,
         finished_at: None,
+        shape: JobShape::default(),
     }
 }
 
@@ -70,21 +82,40 @@ fn apply(mut facts: ReplayFacts, decision: &Decision) -> ReplayFacts {
         .iter()
         .any(|c| c.type_ == VERIFIED && c.status == Truth::True);
     if let Some(Action::Start(record)) = &decision.action {
+        // The create answered with the Job's uid, which the controller records.
         facts.recorded_approver = facts.approval.clone().ok();
-        facts.jobs.retain(|(s, _)| *s != record.stage.name);
-        facts.jobs.push((
+        if let Some(stage) = facts
+            .stages
+            .iter_mut()
+            .find(|s| s.stage.name == record.stage.name)
+        {
+            stage.job_uid = Some("job-uid".into());
+        }
+        set_job(
+            &mut facts,
             record.stage.name,
             JobObservation::Present(view(JobOutcome::Running, 0, 0)),
-        ));
+        );
     }
     facts.verification = None;
     facts.queue = None;
     facts
 }
 
-fn set_job(facts: &mut ReplayFacts, stage: StageName, job: JobObservation) {
+/// Puts `job` under the stage's name; a Job of a recorded stage gets the shape the operator
+/// gives it.
+fn set_job(facts: &mut ReplayFacts, stage: StageName, mut job: JobObservation) {
+    if let JobObservation::Present(view) = &mut job
+        && let Some(record) = facts.stages.iter().find(|s| s.stage.name == stage)
+    {
+        view.shape = expected_shape(&record.stage, facts.pacing);
+    }
     facts.jobs.retain(|(s, _)| *s != stage);
     facts.jobs.push((stage, job));
+}
+
+fn reason(decision: &Decision) -> Option<&str> {
+    decision.halt.as_ref().map(|h| h.reason.as_str())
 }
 
 /// Runs the canary of a 12-id replay (canary 2, size 5) to success and returns the facts.
@@ -155,25 +186,62 @@ fn names_are_deterministic_short_and_distinct() {
     assert_eq!(operation_id(UID), format!("replay-{UID}"));
 }
 
+const SHA: &str = "911169ddaaf146aff539f58c26c489af3b892dff0fe283c1c264c65ae5aa59a2";
+
+fn claim(approved_by: &str) -> Option<ApprovalClaim<'_>> {
+    Some(ApprovalClaim {
+        approved_by,
+        scope_sha256: SHA,
+    })
+}
+
+fn frozen() -> Option<FrozenList<'static>> {
+    Some(FrozenList {
+        sha256: SHA,
+        config_map: "orders-scope-5e3c1a",
+    })
+}
+
 #[test]
 fn approvals_need_a_second_person() {
-    assert_eq!(check_approval("alice", Some("bob")), Ok("bob".into()));
+    assert_eq!(
+        check_approval("alice", claim("bob"), frozen()),
+        Ok("bob".into())
+    );
     assert!(matches!(
-        check_approval("alice", None),
+        check_approval("alice", None, frozen()),
         Err(ApprovalProblem::Missing { .. })
     ));
     assert_eq!(
-        check_approval("alice", Some("  ")),
+        check_approval("alice", claim("  "), frozen()),
         Err(ApprovalProblem::Blank)
     );
     for same in ["alice", "Alice", " alice "] {
         assert!(matches!(
-            check_approval("alice", Some(same)),
+            check_approval("alice", claim(same), frozen()),
             Err(ApprovalProblem::SelfApproved { .. })
         ));
     }
-    let problem = check_approval("alice", Some("alice")).unwrap_err();
+    let problem = check_approval("alice", claim("alice"), frozen()).unwrap_err();
     assert!(problem.to_string().contains("spec.approval.approvedBy"));
+}
+
+#[test]
+fn an_approval_signs_exactly_the_frozen_list() {
+    // Given before the freeze, it names no list.
+    let early = check_approval("alice", claim("bob"), None).unwrap_err();
+    assert_eq!(early, ApprovalProblem::BeforeFreeze);
+    assert!(early.to_string().contains("status.scope.sha256"));
+    // Another list's sha256 does not count, and the message says which one does.
+    let other = Some(ApprovalClaim {
+        approved_by: "bob",
+        scope_sha256: "00",
+    });
+    let problem = check_approval("alice", other, frozen()).unwrap_err();
+    assert_eq!(problem.reason(), "ScopeMismatch");
+    for fragment in ["spec.approval.scopeSha256", SHA, "orders-scope-5e3c1a"] {
+        assert!(problem.to_string().contains(fragment), "{problem}");
+    }
 }
 
 #[test]
@@ -507,23 +575,31 @@ fn a_suspended_replay_does_not_start() {
 }
 
 #[test]
-fn a_stage_recorded_but_never_created_is_created_under_the_same_name() {
+fn a_stage_recorded_without_a_job_uid_is_never_created_again() {
     let mut f = facts(12);
     f.queue = Some(QueueState::Free);
     let started = decide(&f);
-    let mut f = apply(f, &started);
-    // The operator stopped between the status write and the Job.
-    f.jobs.clear();
+    // The start was recorded, then the operator stopped (or the Job it created was deleted
+    // before its uid was recorded): the two look the same, and the second may have replayed.
+    let mut f = facts(12);
+    f.stages = started.stages.clone();
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("JobNotRecorded"));
+    assert_eq!(decision.action, None);
+    assert!(decision.message.contains("not created again"));
+    // Only when this process was told the create did not happen is it tried again, under the
+    // same name.
+    f.creation_refused = Some(StageName::Canary);
     let decision = decide(&f);
     assert_eq!(decision.phase, ReplayPhase::Canary);
     let Some(Action::Start(record)) = decision.action else {
-        panic!("the stage should be created");
+        panic!("the stage should be created: {decision:?}");
     };
     assert_eq!(record, started.stages[0]);
 }
 
 #[test]
-fn a_job_deleted_after_it_was_seen_halts() {
+fn a_job_deleted_after_it_was_recorded_halts() {
     let mut f = facts(12);
     f.queue = Some(QueueState::Free);
     let started = decide(&f);
@@ -534,8 +610,190 @@ fn a_job_deleted_after_it_was_seen_halts() {
     f.jobs.clear();
     let decision = decide(&f);
     assert_eq!(decision.phase, ReplayPhase::Halted);
-    assert_eq!(decision.halt.unwrap().reason, "JobDeleted");
+    assert_eq!(reason(&decision), Some("JobDeleted"));
     assert_eq!(decision.action, None);
+}
+
+#[test]
+fn a_job_the_operator_did_not_create_is_never_adopted() {
+    // Before the start, with owner references or not: a Job under the canary's (or the main
+    // stage's) name halts the replay and is left alone.
+    for stage in StageName::ALL {
+        let mut f = facts(12);
+        f.queue = Some(QueueState::Free);
+        set_job(
+            &mut f,
+            stage,
+            JobObservation::Present(view(JobOutcome::Running, 0, 0)),
+        );
+        let decision = decide(&f);
+        assert_eq!(reason(&decision), Some("ForeignJob"), "{stage}");
+        assert_eq!(decision.action, None);
+        assert!(decision.message.contains(&job_name("orders", UID, stage)));
+    }
+    // After the start, a Job whose uid is not the recorded one is a replacement: halt, and the
+    // replacement is not suspended (it is not the operator's to touch).
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    let mut other = view(JobOutcome::Running, 0, 0);
+    other.uid = "other-uid".into();
+    set_job(&mut f, StageName::Canary, JobObservation::Present(other));
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("JobReplaced"));
+    assert_eq!(decision.action, None);
+    // Progress of a Job that is not the operator's is never recorded.
+    assert_eq!(decision.stages[0].job_uid.as_deref(), Some("job-uid"));
+    // A stage waiting to be created finds someone else's Job there: halt, never adopt.
+    let mut f = facts(12);
+    f.stages = started.stages.clone();
+    f.creation_refused = Some(StageName::Canary);
+    set_job(
+        &mut f,
+        StageName::Canary,
+        JobObservation::Present(view(JobOutcome::Succeeded, 1, 0)),
+    );
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("ForeignJob"));
+    assert_eq!(decision.stages[0].finished_at, None);
+}
+
+#[test]
+fn the_main_job_found_before_its_start_halts() {
+    let mut f = canary_done();
+    f.verification = Some(vec![holds("a")]);
+    set_job(
+        &mut f,
+        StageName::Main,
+        JobObservation::Present(view(JobOutcome::Running, 0, 0)),
+    );
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("ForeignJob"));
+    assert!(!matches!(decision.action, Some(Action::Start(_))));
+}
+
+#[test]
+fn a_job_edited_after_its_creation_halts_and_is_suspended() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    let JobObservation::Present(mut job) = job_of(&f, StageName::Canary).clone() else {
+        panic!("the canary Job");
+    };
+    job.shape.parallelism = Some(10);
+    f.jobs = vec![(StageName::Canary, JobObservation::Present(job))];
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("JobTampered"));
+    assert!(decision.message.contains("spec.parallelism is 10, not 1"));
+    assert_eq!(
+        decision.action,
+        Some(Action::Suspend {
+            job: "orders-canary-5e3c1a".into(),
+            suspend: true
+        })
+    );
+}
+
+#[test]
+fn the_frozen_config_map_is_checked_before_each_stage_and_while_it_runs() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    f.scope_check = None;
+    let asked = decide(&f);
+    assert_eq!(asked.need, Some(Need::ScopeCheck));
+    assert_eq!(asked.action, None);
+    f.scope_check = Some(Err("ConfigMap orders-scope-5e3c1a has uid x, not y".into()));
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("ScopeTampered"));
+    assert_eq!(decision.action, None);
+    assert!(decision.message.contains("orders-scope-5e3c1a"));
+    assert!(decision.stages.iter().all(|s| s.started_at.is_none()));
+
+    // While the canary runs: checked too, and a swap suspends the running Job.
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    f.scope_check = None;
+    assert_eq!(decide(&f).need, Some(Need::ScopeCheck));
+    f.scope_check = Some(Err("ConfigMap orders-scope-5e3c1a was changed".into()));
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("ScopeTampered"));
+    assert!(matches!(
+        decision.action,
+        Some(Action::Suspend { suspend: true, .. })
+    ));
+
+    // Before the main stage.
+    let mut f = canary_done();
+    f.verification = Some(vec![holds("a")]);
+    f.scope_check = Some(Err("changed".into()));
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("ScopeTampered"));
+    assert!(!matches!(decision.action, Some(Action::Start(_))));
+}
+
+#[test]
+fn a_config_map_under_the_scope_name_that_nobody_froze_halts() {
+    let mut f = facts(12);
+    f.scope = ScopeFacts::Foreign {
+        message: "ConfigMap orders-scope-5e3c1a exists but was not created by the operator".into(),
+    };
+    f.queue = Some(QueueState::Free);
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("ForeignConfigMap"));
+    assert_eq!(decision.action, None);
+}
+
+#[test]
+fn remembered_uids_fill_only_missing_records_of_started_stages() {
+    let cut = stages(12, plan(2, 5));
+    let mut records: Vec<StageRecord> = cut
+        .iter()
+        .map(|s| StageRecord::planned(*s, "orders", UID))
+        .collect();
+    records[0].started_at = Some(at(1));
+    let remembered = vec![
+        (StageName::Canary, "u1".to_owned()),
+        (StageName::Main, "u2".to_owned()),
+    ];
+    let filled = remembered_stages(records.clone(), &remembered);
+    assert_eq!(filled[0].job_uid.as_deref(), Some("u1"));
+    assert_eq!(filled[1].job_uid, None, "the main stage has not started");
+    records[0].job_uid = Some("recorded".into());
+    let kept = remembered_stages(records, &remembered);
+    assert_eq!(kept[0].job_uid.as_deref(), Some("recorded"));
+}
+
+#[test]
+fn stage_deadlines_allow_every_batch_its_time() {
+    let cut = stages(1000, plan(10, 100));
+    let main = cut[1];
+    let deadline = stage_deadline_seconds(&main, PACING);
+    // 990 events at 5/s, 10 batches with 10s pauses and the start-up allowance, twice over.
+    assert_eq!(
+        deadline,
+        (2.0 * (990.0 / 5.0 + 10.0 * (10.0 + BATCH_OVERHEAD_SECONDS))).ceil() as i64
+    );
+    assert_eq!(
+        stage_deadline_seconds(&stages(1, plan(1, 1))[0], PACING),
+        MIN_STAGE_DEADLINE_SECONDS
+    );
+    let crawl = Pacing {
+        rate_per_second: 1e-9,
+        ..PACING
+    };
+    assert_eq!(
+        stage_deadline_seconds(&main, crawl),
+        MAX_STAGE_DEADLINE_SECONDS
+    );
+    let shape = expected_shape(&main, PACING);
+    assert_eq!(shape.completions, Some(10));
+    assert_eq!(shape.parallelism, Some(1));
+    assert_eq!(shape.active_deadline_seconds, Some(deadline));
+    assert_eq!(shape.difference(&shape), None);
 }
 
 #[test]
@@ -577,6 +835,31 @@ fn a_template_the_api_server_refuses_fails_before_the_start() {
         .unwrap();
     assert_eq!(accepted.status, Truth::False);
     assert!(accepted.message.contains("containers[0].image"));
+}
+
+#[test]
+fn a_spec_the_operator_refuses_fails_before_anyone_approves_and_halts_a_run() {
+    let mut f = facts(12);
+    f.approval = Err(ApprovalProblem::Missing {
+        requested_by: "alice".into(),
+    });
+    f.refused = vec!["spec.template.spec.hostNetwork is true: remove it".into()];
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Failed);
+    assert!(decision.message.contains("spec.template.spec.hostNetwork"));
+    let admitted = decision
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ADMITTED)
+        .unwrap();
+    assert_eq!(admitted.status, Truth::False);
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    f.refused = vec!["spec.prometheus.address is not allowed".into()];
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("SpecRefused"));
 }
 
 #[test]
@@ -672,8 +955,17 @@ proptest! {
         if decision.halt.is_some() {
             prop_assert_eq!(decision.phase, ReplayPhase::Halted);
         }
+        if let Some(Action::Suspend { job, .. }) = &decision.action {
+            // Only the operator's own Job, by the uid it recorded, is ever touched.
+            let record = f.stages.iter().find(|s| &s.job == job).expect("a recorded stage");
+            let JobObservation::Present(view) = job_of(&f, record.stage.name) else {
+                panic!("suspending an absent Job: {decision:?}");
+            };
+            prop_assert_eq!(record.job_uid.as_deref(), Some(view.uid.as_str()));
+        }
         if let Some(Action::Start(record)) = &decision.action {
             prop_assert!(matches!(job_of(&f, record.stage.name), JobObservation::Absent));
+            prop_assert!(!matches!(f.scope_check, Some(Err(_))), "{:?}", decision);
             prop_assert!(record.job_uid.is_none());
             prop_assert!(record.started_at.is_some());
             for earlier in decision.stages.iter().filter(|s| s.stage.name < record.stage.name) {
@@ -690,11 +982,19 @@ proptest! {
             prop_assert!(!f.suspend);
             prop_assert!(f.halted.is_none());
         }
-        // Recorded stages are never dropped or re-cut.
+        // Recorded stages are never dropped or re-cut, and a Job uid is never taken from what
+        // the cluster shows: only the create's answer records one.
         for (before, after) in f.stages.iter().zip(&decision.stages) {
             prop_assert_eq!(before.stage, after.stage);
             prop_assert_eq!(&before.job, &after.job);
             prop_assert!(before.started_at.is_none() || after.started_at == before.started_at);
+            prop_assert_eq!(&before.job_uid, &after.job_uid);
+        }
+        // A started stage without a recorded Job is created again only after a refused create.
+        if let Some(Action::Start(record)) = &decision.action
+            && f.stages.iter().any(|s| s.stage.name == record.stage.name && s.started_at.is_some())
+        {
+            prop_assert_eq!(f.creation_refused, Some(record.stage.name));
         }
     }
 
@@ -718,10 +1018,34 @@ proptest! {
     }
 }
 
-fn arb_job() -> impl Strategy<Value = JobObservation> {
+proptest! {
+    /// A stage's deadline is never below the time its batches need at the replay's rate with
+    /// their pauses and retries, stays within its bounds, and grows with the stage.
+    #[test]
+    fn stage_deadlines_cover_the_paced_time(
+        events in 1u32..100_000,
+        size in 1u32..5000,
+        rate in 0.01f64..10_000.0,
+        pause in 0.0f64..600.0,
+        retries in 0u32..10,
+    ) {
+        let stage = Stage { name: StageName::Main, first_event: 1, events, batch_size: size, first_batch: 1 };
+        let pacing = Pacing { rate_per_second: rate, pause_between_seconds: pause, retries_per_batch: retries };
+        let deadline = stage_deadline_seconds(&stage, pacing);
+        prop_assert!((MIN_STAGE_DEADLINE_SECONDS..=MAX_STAGE_DEADLINE_SECONDS).contains(&deadline));
+        let needed = (f64::from(events) / rate + f64::from(stage.batches()) * pause)
+            * (f64::from(retries) + 1.0);
+        prop_assert!(deadline == MAX_STAGE_DEADLINE_SECONDS || deadline as f64 >= needed);
+        let bigger = Stage { events: events + size, ..stage };
+        prop_assert!(stage_deadline_seconds(&bigger, pacing) >= deadline);
+    }
+}
+
+/// A Job under a stage's name: absent, the operator's or another uid, with the shape the
+/// operator gave it (filled in by `arb_facts`) or an edited one.
+fn arb_job() -> impl Strategy<Value = (JobObservation, bool)> {
     prop_oneof![
-        Just(JobObservation::Absent),
-        Just(JobObservation::Foreign),
+        Just((JobObservation::Absent, false)),
         (
             prop_oneof![
                 Just(JobOutcome::Running),
@@ -732,16 +1056,19 @@ fn arb_job() -> impl Strategy<Value = JobObservation> {
             0u32..4,
             0u32..2,
             prop_oneof![Just("job-uid"), Just("other-uid")],
+            any::<bool>(),
         )
-            .prop_map(|(outcome, suspended, succeeded, failed, uid)| {
-                JobObservation::Present(JobView {
+            .prop_map(|(outcome, suspended, succeeded, failed, uid, edited)| {
+                let job = JobObservation::Present(JobView {
                     uid: uid.into(),
                     suspended,
                     succeeded,
                     failed,
                     outcome,
                     finished_at: None,
-                })
+                    shape: JobShape::default(),
+                });
+                (job, edited)
             }),
     ]
 }
@@ -792,6 +1119,16 @@ fn arb_facts() -> impl Strategy<Value = ReplayFacts> {
         Just(Some((StageName::Canary, "bad".to_owned()))),
         Just(Some((StageName::Main, "bad".to_owned()))),
     ];
+    let scope_check = prop_oneof![
+        Just(None),
+        Just(Some(Ok(()))),
+        Just(Some(Err("ConfigMap changed".to_owned()))),
+    ];
+    let refused = prop_oneof![
+        Just(None),
+        Just(Some(StageName::Canary)),
+        Just(Some(StageName::Main)),
+    ];
     (
         (
             1u32..60,
@@ -814,14 +1151,14 @@ fn arb_facts() -> impl Strategy<Value = ReplayFacts> {
             queue,
             rejected,
         ),
-        0i64..1000,
+        (0i64..1000, scope_check, refused),
     )
         .prop_map(
             |(
                 (count, plan, approval, recorded_approver),
                 (suspend, progress, uid_known, canary_job, main_job),
                 (halted, verified, has_checks, verification, queue, rejected),
-                later,
+                (later, scope_check, creation_refused),
             )| {
                 let mut f = facts(count);
                 f.plan = Ok(plan);
@@ -834,6 +1171,8 @@ fn arb_facts() -> impl Strategy<Value = ReplayFacts> {
                 f.verification = verification;
                 f.queue = queue;
                 f.rejected = rejected;
+                f.scope_check = scope_check;
+                f.creation_refused = creation_refused;
                 f.now = at(2000 + later);
                 // progress: 0 nothing, 1 canary started, 2 canary finished, 3 main started,
                 // 4 main finished.
@@ -854,7 +1193,20 @@ fn arb_facts() -> impl Strategy<Value = ReplayFacts> {
                     }
                     f.stages = records;
                 }
-                f.jobs = vec![(StageName::Canary, canary_job), (StageName::Main, main_job)];
+                let planned = stages(count, plan);
+                for (name, (mut job, edited)) in
+                    [(StageName::Canary, canary_job), (StageName::Main, main_job)]
+                {
+                    if let JobObservation::Present(view) = &mut job
+                        && let Some(stage) = planned.iter().find(|s| s.name == name)
+                    {
+                        view.shape = expected_shape(stage, f.pacing);
+                        if edited {
+                            view.shape.parallelism = Some(4);
+                        }
+                    }
+                    f.jobs.push((name, job));
+                }
                 f
             },
         )
