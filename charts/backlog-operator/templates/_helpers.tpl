@@ -71,8 +71,9 @@ Two parts. "clusterRules" hold in every watched namespace and write nothing but 
 the operator's own kinds, the /scale of workloads, and Events. "namespaceRules" create Jobs and
 write ConfigMaps: in the cluster-wide mode they come only from an aggregated ClusterRole that a
 namespace admin binds in a namespace (so the operator cannot create a Job in kube-system, nor
-write the admission policies' parameters in its own namespace); in the namespaced mode they are
-part of the Role in each watched namespace.
+anything in its own namespace); in the namespaced mode they are part of the Role in each
+watched namespace. Nothing here touches the admission policies (cluster-scoped; their
+parameters are literals in them).
 */}}
 {{- define "backlog-operator.clusterRules" -}}
 # The custom resources: Controller and reflector watches (list, watch); a budget reads the
