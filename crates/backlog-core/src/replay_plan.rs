@@ -601,8 +601,8 @@ mod machine;
 
 pub use machine::{
     ADMITTED, APPROVED, Action, Decision, HALTED, JOB_ACCEPTED, Need, ReplayFacts, SCOPE_FROZEN,
-    SCOPE_RETRY, ScopeFacts, VERIFICATION_PATIENCE, VERIFICATION_RETRY, VERIFIED, WAIT_RETRY,
-    WAITING, decide, remembered_stages,
+    SCOPE_RETRY, ScopeCheck, ScopeFacts, VERIFICATION_PATIENCE, VERIFICATION_RETRY, VERIFIED,
+    WAIT_RETRY, WAITING, decide, remembered_stages,
 };
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use crate::api::replay_job::{FrozenScope, ReplayJob};
 use crate::controller::apply::FIELD_MANAGER;
 use crate::controller::error::{Error, KubeContext};
-use crate::core::replay_plan::scope_config_map_name;
+use crate::core::replay_plan::{ScopeCheck, scope_config_map_name};
 use crate::core::replay_scope::{
     FrozenIds, RecordedScope, ScopeProblem, StoredScope, check_id_list, freeze as freeze_ids,
     parse_id_lines, verify_stored,
@@ -96,10 +96,15 @@ pub async fn freeze(
     // A ConfigMap under the name is the frozen list only if this process created it and the
     // status write recording it did not happen (yet): then it is the list, whatever the source
     // says by now. Otherwise someone else put it there.
-    let existing = config_maps
-        .get_opt(&name)
-        .await
-        .context(|| format!("reading ConfigMap {namespace}/{name}"))?;
+    let existing = match config_maps.get_opt(&name).await {
+        Ok(existing) => existing,
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            return Ok(not_yet(not_permitted("read", namespace, &status.message)));
+        }
+        Err(error) => {
+            return Err(error).context(|| format!("reading ConfigMap {namespace}/{name}"));
+        }
+    };
     if let Some(existing) = existing {
         let existing_uid = existing.uid().unwrap_or_default();
         if memory.recall(uid, Child::Scope) != Some(Created::Uid(existing_uid.clone())) {
@@ -252,17 +257,27 @@ fn not_permitted(verb: &str, namespace: &str, refusal: &str) -> String {
 }
 
 /// Checks that the frozen scope's ConfigMap is still the one the operator created, immutable,
-/// with the approved bytes. The outer `Err` is an API failure; the inner one what changed.
+/// with the approved bytes.
 pub async fn check(
     client: &kube::Client,
     namespace: &str,
     recorded: &FrozenScope,
-) -> Result<Result<(), String>, Error> {
+) -> Result<ScopeCheck, Error> {
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let found = config_maps
-        .get_opt(&recorded.config_map)
-        .await
-        .context(|| format!("reading ConfigMap {namespace}/{}", recorded.config_map))?;
+    let found = match config_maps.get_opt(&recorded.config_map).await {
+        Ok(found) => found,
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            return Ok(ScopeCheck::Unreadable(not_permitted(
+                "read",
+                namespace,
+                &status.message,
+            )));
+        }
+        Err(error) => {
+            return Err(error)
+                .context(|| format!("reading ConfigMap {namespace}/{}", recorded.config_map));
+        }
+    };
     let uid = found.as_ref().and_then(|c| c.uid()).unwrap_or_default();
     let stored = found.as_ref().map(|c| StoredScope {
         uid: &uid,
@@ -273,12 +288,17 @@ pub async fn check(
             .and_then(|d| d.get(EVENT_IDS_KEY))
             .map(String::as_str),
     });
-    Ok(verify_stored(
-        RecordedScope {
-            config_map: &recorded.config_map,
-            uid: recorded.config_map_uid.as_deref(),
-            sha256: &recorded.sha256,
+    Ok(
+        match verify_stored(
+            RecordedScope {
+                config_map: &recorded.config_map,
+                uid: recorded.config_map_uid.as_deref(),
+                sha256: &recorded.sha256,
+            },
+            stored,
+        ) {
+            Ok(()) => ScopeCheck::Intact,
+            Err(changed) => ScopeCheck::Changed(changed),
         },
-        stored,
-    ))
+    )
 }

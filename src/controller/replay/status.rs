@@ -197,7 +197,7 @@ mod tests {
                 pause_between_seconds: 0.0,
                 retries_per_batch: 0,
             },
-            scope_check: Some(Ok(())),
+            scope_check: Some(crate::core::replay_plan::ScopeCheck::Intact),
             creation_refused: None,
             now,
         }

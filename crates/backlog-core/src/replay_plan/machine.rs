@@ -58,6 +58,18 @@ pub enum ScopeFacts {
     Foreign { message: String },
 }
 
+/// The frozen ConfigMap, looked at again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScopeCheck {
+    /// The ConfigMap the operator created, immutable, with the approved bytes.
+    Intact,
+    /// What changed (deleted, replaced, other bytes): the replay halts.
+    Changed(String),
+    /// It could not be read (e.g. the operator may no longer read ConfigMaps there): nothing
+    /// starts until it can, and nothing halts for it either.
+    Unreadable(String),
+}
+
 /// Everything a decision depends on.
 #[derive(Clone, Debug)]
 pub struct ReplayFacts {
@@ -92,8 +104,8 @@ pub struct ReplayFacts {
     /// How the replay is paced: the Jobs' expected shape and deadline follow from it.
     pub pacing: Pacing,
     /// The frozen ConfigMap checked against the status (same uid, immutable, same sha256),
-    /// when asked for ([`Need::ScopeCheck`]): `Err` says what changed.
-    pub scope_check: Option<Result<(), String>>,
+    /// when asked for ([`Need::ScopeCheck`]).
+    pub scope_check: Option<ScopeCheck>,
     /// A stage whose Job this process asked the API server to create and was answered that it
     /// was not created: the one case in which a started stage without a Job is created again.
     pub creation_refused: Option<StageName>,
@@ -293,8 +305,21 @@ fn guard_scope(facts: &ReplayFacts, decision: Decision) -> Decision {
             action: None,
             ..decision
         },
-        Some(Ok(())) => decision,
-        Some(Err(problem)) => {
+        Some(ScopeCheck::Intact) => decision,
+        Some(ScopeCheck::Unreadable(why)) if starting => {
+            let stages = observe(facts);
+            let phase = if stages.iter().any(|s| s.started_at.is_some()) {
+                decision.phase
+            } else {
+                ReplayPhase::Approved
+            };
+            let message = format!(
+                "{why}; no stage starts until the operator can check the frozen scope again"
+            );
+            Decision::new(phase, message, stages).recheck(SCOPE_RETRY)
+        }
+        Some(ScopeCheck::Unreadable(_)) => decision.recheck(SCOPE_RETRY),
+        Some(ScopeCheck::Changed(problem)) => {
             let message = format!(
                 "{problem}; the frozen list is not what was approved, so the replay stops before running another batch. Find out who changed it (the API server's audit log), then create a new ReplayJob"
             );

@@ -39,7 +39,7 @@ fn facts(count: u32) -> ReplayFacts {
         rejected: None,
         refused: Vec::new(),
         pacing: PACING,
-        scope_check: Some(Ok(())),
+        scope_check: Some(ScopeCheck::Intact),
         creation_refused: None,
         now: at(1000),
     }
@@ -704,7 +704,9 @@ fn the_frozen_config_map_is_checked_before_each_stage_and_while_it_runs() {
     let asked = decide(&f);
     assert_eq!(asked.need, Some(Need::ScopeCheck));
     assert_eq!(asked.action, None);
-    f.scope_check = Some(Err("ConfigMap orders-scope-5e3c1a has uid x, not y".into()));
+    f.scope_check = Some(ScopeCheck::Changed(
+        "ConfigMap orders-scope-5e3c1a has uid x, not y".into(),
+    ));
     let decision = decide(&f);
     assert_eq!(reason(&decision), Some("ScopeTampered"));
     assert_eq!(decision.action, None);
@@ -718,7 +720,9 @@ fn the_frozen_config_map_is_checked_before_each_stage_and_while_it_runs() {
     let mut f = apply(f, &started);
     f.scope_check = None;
     assert_eq!(decide(&f).need, Some(Need::ScopeCheck));
-    f.scope_check = Some(Err("ConfigMap orders-scope-5e3c1a was changed".into()));
+    f.scope_check = Some(ScopeCheck::Changed(
+        "ConfigMap orders-scope-5e3c1a was changed".into(),
+    ));
     let decision = decide(&f);
     assert_eq!(reason(&decision), Some("ScopeTampered"));
     assert!(matches!(
@@ -729,10 +733,24 @@ fn the_frozen_config_map_is_checked_before_each_stage_and_while_it_runs() {
     // Before the main stage.
     let mut f = canary_done();
     f.verification = Some(vec![holds("a")]);
-    f.scope_check = Some(Err("changed".into()));
+    f.scope_check = Some(ScopeCheck::Changed("changed".into()));
     let decision = decide(&f);
     assert_eq!(reason(&decision), Some("ScopeTampered"));
     assert!(!matches!(decision.action, Some(Action::Start(_))));
+}
+
+#[test]
+fn an_unreadable_scope_holds_the_start_without_halting() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    f.scope_check = Some(ScopeCheck::Unreadable("forbidden".into()));
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Approved);
+    assert_eq!(decision.action, None);
+    assert_eq!(decision.halt, None);
+    assert_eq!(decision.recheck_after, Some(SCOPE_RETRY));
+    assert!(decision.stages.iter().all(|s| s.started_at.is_none()));
+    assert!(decision.message.contains("forbidden"));
 }
 
 #[test]
@@ -965,7 +983,7 @@ proptest! {
         }
         if let Some(Action::Start(record)) = &decision.action {
             prop_assert!(matches!(job_of(&f, record.stage.name), JobObservation::Absent));
-            prop_assert!(!matches!(f.scope_check, Some(Err(_))), "{:?}", decision);
+            prop_assert_eq!(&f.scope_check, &Some(ScopeCheck::Intact), "{:?}", decision);
             prop_assert!(record.job_uid.is_none());
             prop_assert!(record.started_at.is_some());
             for earlier in decision.stages.iter().filter(|s| s.stage.name < record.stage.name) {
@@ -1121,8 +1139,9 @@ fn arb_facts() -> impl Strategy<Value = ReplayFacts> {
     ];
     let scope_check = prop_oneof![
         Just(None),
-        Just(Some(Ok(()))),
-        Just(Some(Err("ConfigMap changed".to_owned()))),
+        Just(Some(ScopeCheck::Intact)),
+        Just(Some(ScopeCheck::Changed("ConfigMap changed".to_owned()))),
+        Just(Some(ScopeCheck::Unreadable("forbidden".to_owned()))),
     ];
     let refused = prop_oneof![
         Just(None),
