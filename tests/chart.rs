@@ -1,8 +1,9 @@
 //! The Helm chart against the real API server: `helm lint` and `helm package`, what `helm
 //! template` renders for both RBAC modes, and `helm install` for real — then the operator's
 //! controllers run in this process with a token of the chart's ServiceAccount (TokenRequest
-//! API), so a permission the chart forgot fails a test, and SelfSubjectAccessReviews show what
-//! that ServiceAccount cannot do. The `run` arguments the chart renders are given to the real
+//! API), so a permission the chart forgot fails a test, and that same token is refused what
+//! the ServiceAccount must never do (a Job in kube-system, the admission policies' parameters,
+//! ConfigMaps of a namespace whose admin did not opt in), by the API server itself. The `run` arguments the chart renders are given to the real
 //! binary, which must accept them and win the leader-election Lease with the chart's Role. A
 //! second, bare control plane (no CRDs) proves that installing the packaged chart installs the
 //! CRDs.
@@ -24,7 +25,6 @@ use backlog_operator::controller::Scope;
 use backlog_operator::controller::budget::control_document::configmap_name;
 use backlog_operator::controller::replay::LABEL_REPLAY;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -32,6 +32,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Config};
@@ -39,6 +40,7 @@ use local_cluster::{LocalCluster, Options};
 use serde_json::{Value, json};
 use support::exporter::Exporter;
 use support::helm::Helm;
+use support::identity::{client_with_token, service_account_token};
 use support::operator::Operator;
 use support::{TestEnv, wait_until};
 
@@ -46,7 +48,7 @@ fn main() -> ExitCode {
     support::run(
         support::tests![
             the_chart_lints_and_packages_the_crds_it_links,
-            helm_template_renders_namespaced_rbac_for_one_namespace,
+            helm_template_renders_rbac_for_both_modes,
             the_operator_runs_cluster_wide_with_the_charts_service_account,
             a_namespaced_install_is_enough_for_its_namespace,
             the_binary_accepts_the_charts_arguments_and_leads_with_its_lease_role,
@@ -222,36 +224,6 @@ fn install(helm: &Helm, release: &str, namespace: &str, sets: &[&str]) {
 // ---------------------------------------------------------------------------------------------
 // The chart's ServiceAccount as a client
 
-/// A token of `namespace/service_account` from the TokenRequest API.
-async fn service_account_token(env: &TestEnv, namespace: &str, service_account: &str) -> String {
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(), // the API server's own
-            expiration_seconds: Some(3600),
-            bound_object_ref: None,
-        },
-        ..TokenRequest::default()
-    };
-    let issued = Api::<ServiceAccount>::namespaced(env.admin(), namespace)
-        .create_token_request(service_account, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|e| panic!("a token for {namespace}/{service_account}: {e}"));
-    issued
-        .status
-        .map(|s| s.token)
-        .filter(|t| !t.is_empty())
-        .expect("the TokenRequest returns a token")
-}
-
-/// A client of the test cluster (its URL and CA) authenticated with `token` only.
-fn client_with_token(env: &TestEnv, token: &str) -> Client {
-    let mut config: Config = env.config("admin");
-    config.auth_info =
-        serde_json::from_value(json!({ "token": token })).expect("auth info with a token");
-    let _guard = env.runtime().enter();
-    Client::try_from(config).expect("a client with the ServiceAccount's token")
-}
-
 /// Whether the client's user may do `verb` on `group/resource[/subresource]` (in `namespace`,
 /// or cluster-wide), per a SelfSubjectAccessReview.
 async fn can(client: &Client, verb: &str, resource: &str, namespace: Option<&str>) -> bool {
@@ -423,7 +395,7 @@ fn the_chart_lints_and_packages_the_crds_it_links(env: &TestEnv) {
         "--strict",
         chart,
         "--set",
-        "watchNamespace=team-a",
+        "watchNamespaces={team-a,team-b}",
         "--set",
         "metrics.serviceMonitor.enabled=true",
         "--set",
@@ -479,28 +451,88 @@ fn the_chart_lints_and_packages_the_crds_it_links(env: &TestEnv) {
         let outside = std::fs::read(repo().join("crds").join(file)).expect("read");
         assert!(inside == outside, "crds/{file} differs in the package");
     }
-    // The admission policy file travels too, unchanged (templates read it with .Files.Get).
-    let policy = "policies/replayjob-four-eyes.yaml";
-    assert!(
-        std::fs::read(out.join("backlog-operator").join(policy)).expect("packaged policy")
-            == std::fs::read(chart_dir().join(policy)).expect("policy"),
-        "{policy} differs in the package"
-    );
+    // The admission policy files travel too, unchanged (templates read them with .Files).
+    for policy in ["policies/replayjob.yaml", "policies/status-owner.yaml"] {
+        assert!(
+            std::fs::read(out.join("backlog-operator").join(policy)).expect("packaged policy")
+                == std::fs::read(chart_dir().join(policy)).expect("policy"),
+            "{policy} differs in the package"
+        );
+    }
 }
 
-fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
+/// The verbs a set of rules grants on `group`/`resource`.
+fn verbs(rules: &Value, group: &str, resource: &str) -> Vec<String> {
+    rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| {
+            r["apiGroups"]
+                .as_array()
+                .is_some_and(|g| g.iter().any(|g| g == group))
+                && r["resources"]
+                    .as_array()
+                    .is_some_and(|x| x.iter().any(|x| x == resource))
+        })
+        .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+fn helm_template_renders_rbac_for_both_modes(env: &TestEnv) {
     let helm = helm(env, env.kubeconfig_path());
 
-    // All namespaces: ClusterRole and ClusterRoleBinding; the Lease Role in the release namespace.
+    // All namespaces: a ClusterRole that writes no Job and no ConfigMap, and the aggregated
+    // ClusterRole a namespace admin binds for those; the Lease Role in the release namespace.
     let cluster = template(&helm, &["prometheusUrl=http://prometheus.monitoring:9090"]);
     let names = kinds(&cluster);
-    for kind in ["ClusterRole", "ClusterRoleBinding"] {
-        assert_eq!(of_kind(&cluster, kind).len(), 1, "{kind} in {names:?}");
+    let cluster_roles = of_kind(&cluster, "ClusterRole");
+    let role_named = |name: &str| {
+        cluster_roles
+            .iter()
+            .find(|r| r["metadata"]["name"] == name)
+            .copied()
+            .unwrap_or_else(|| panic!("ClusterRole {name} in {names:?}"))
+    };
+    let main = role_named("rendered-backlog-operator");
+    assert!(verbs(&main["rules"], "", "configmaps").is_empty(), "{main}");
+    assert_eq!(
+        verbs(&main["rules"], "batch", "jobs"),
+        ["get", "list", "watch"]
+    );
+    let namespace = role_named("rendered-backlog-operator-namespace");
+    assert_eq!(
+        namespace["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"]["backlog.dev/aggregate-to-namespace"],
+        "rendered-backlog-operator"
+    );
+    assert_eq!(
+        verbs(&namespace["rules"], "batch", "jobs"),
+        ["create", "patch"]
+    );
+    for piece in [
+        "rendered-backlog-operator-namespace-replays",
+        "rendered-backlog-operator-namespace-budgets",
+    ] {
+        assert_eq!(
+            role_named(piece)["metadata"]["labels"]["backlog.dev/aggregate-to-namespace"],
+            "rendered-backlog-operator"
+        );
     }
+    assert_eq!(
+        of_kind(&cluster, "ClusterRoleBinding").len(),
+        1,
+        "{names:?}"
+    );
     let roles = of_kind(&cluster, "Role");
     assert_eq!(roles.len(), 1, "only the leader-election Role: {names:?}");
     assert_eq!(roles[0]["metadata"]["namespace"], "ops");
     assert_eq!(roles[0]["rules"][0]["resources"][0], "leases");
+    assert!(
+        of_kind(&cluster, "RoleBinding")
+            .iter()
+            .all(|b| b["metadata"]["namespace"] == "ops")
+    );
     let deployment = of_kind(&cluster, "Deployment")[0];
     let args = container_args(deployment);
     assert!(
@@ -509,6 +541,10 @@ fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
     );
     assert!(
         args.contains(&"--prometheus-url=http://prometheus.monitoring:9090".to_owned()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--replay-worker-service-account=replay-worker".to_owned()),
         "{args:?}"
     );
     assert!(args.contains(&"--log-json".to_owned()), "{args:?}");
@@ -538,20 +574,41 @@ fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
         container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.name"
     );
-    assert_eq!(of_kind(&cluster, "ValidatingAdmissionPolicy").len(), 1);
+    let policies = of_kind(&cluster, "ValidatingAdmissionPolicy");
+    let mut policy_names: Vec<&str> = policies
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    policy_names.sort_unstable();
+    assert_eq!(
+        policy_names,
+        [
+            "rendered-backlog-operator.replayjob.backlog.dev",
+            "rendered-backlog-operator.status-owner.backlog.dev"
+        ]
+    );
+    for binding in of_kind(&cluster, "ValidatingAdmissionPolicyBinding") {
+        assert!(
+            binding["spec"]["matchResources"].is_null(),
+            "every namespace"
+        );
+        assert!(binding["spec"]["paramRef"].is_null(), "no parameter object");
+    }
     assert_eq!(
         of_kind(&cluster, "ServiceMonitor").len(),
         0,
         "off by default"
     );
 
-    // One namespace: Role and RoleBinding there, nothing cluster-wide.
+    // Some namespaces: a Role and RoleBinding in each, nothing cluster-wide but the policies,
+    // bound to those namespaces only.
     let namespaced = template(
         &helm,
         &[
-            "watchNamespace=team-a",
-            "replay.fourEyes.enabled=false",
+            "watchNamespaces={team-a,team-b}",
             "leaderElection.enabled=false",
+            "allowedPrometheusUrls={http://thanos.monitoring:9090}",
+            "replay.requireImageDigest=true",
         ],
     );
     let names = kinds(&namespaced);
@@ -560,60 +617,128 @@ fn helm_template_renders_namespaced_rbac_for_one_namespace(env: &TestEnv) {
         of_kind(&namespaced, "ClusterRoleBinding").is_empty(),
         "{names:?}"
     );
-    assert!(
-        of_kind(&namespaced, "ValidatingAdmissionPolicy").is_empty(),
-        "{names:?}"
-    );
     let roles = of_kind(&namespaced, "Role");
     let bindings = of_kind(&namespaced, "RoleBinding");
-    assert_eq!((roles.len(), bindings.len()), (1, 1), "{names:?}");
-    assert_eq!(roles[0]["metadata"]["namespace"], "team-a");
-    assert_eq!(bindings[0]["metadata"]["namespace"], "team-a");
-    assert_eq!(
-        bindings[0]["subjects"][0]["namespace"], "ops",
-        "the ServiceAccount stays in the release namespace"
-    );
-    let cluster_role = of_kind(&cluster, "ClusterRole")[0];
-    assert_eq!(
-        roles[0]["rules"], cluster_role["rules"],
-        "the same permissions in both modes"
-    );
+    assert_eq!((roles.len(), bindings.len()), (2, 2), "{names:?}");
+    for (role, namespace) in roles.iter().zip(["team-a", "team-b"]) {
+        assert_eq!(role["metadata"]["namespace"], namespace);
+        assert_eq!(
+            verbs(&role["rules"], "batch", "jobs"),
+            ["get", "list", "watch", "create", "patch"]
+        );
+    }
+    for binding in &bindings {
+        assert_eq!(
+            binding["subjects"][0]["namespace"], "ops",
+            "the ServiceAccount stays in the release namespace"
+        );
+    }
+    for binding in of_kind(&namespaced, "ValidatingAdmissionPolicyBinding") {
+        assert_eq!(
+            binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0],
+            json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]})
+        );
+    }
     let args = container_args(of_kind(&namespaced, "Deployment")[0]);
-    assert!(args.contains(&"--namespace=team-a".to_owned()), "{args:?}");
+    for arg in [
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--allowed-prometheus-url=http://thanos.monitoring:9090",
+        "--replay-require-image-digest",
+    ] {
+        assert!(args.contains(&arg.to_owned()), "{arg} in {args:?}");
+    }
     assert!(!args.contains(&"--leader-elect".to_owned()), "{args:?}");
 
-    // The four-eyes policy's param ConfigMap moves to the release namespace with the group.
+    // The policies' parameters: literals in the cluster-scoped policies, from the values.
     let policy = template(
         &helm,
-        &["replay.fourEyes.approversGroup=payments-approvers"],
+        &[
+            "replay.approversGroup=payments-approvers",
+            "replay.workerServiceAccounts={orders-replay,refunds-replay}",
+        ],
     );
-    let binding = of_kind(&policy, "ValidatingAdmissionPolicyBinding")[0];
-    assert_eq!(binding["spec"]["paramRef"]["namespace"], "ops");
-    let params = of_kind(&policy, "ConfigMap")
-        .into_iter()
-        .find(|c| c["metadata"]["name"] == binding["spec"]["paramRef"]["name"])
-        .expect("the param ConfigMap");
-    assert_eq!(params["metadata"]["namespace"], "ops");
-    assert_eq!(params["data"]["approversGroup"], "payments-approvers");
+    let parameters: Vec<(String, String)> = of_kind(&policy, "ValidatingAdmissionPolicy")
+        .iter()
+        .flat_map(|p| {
+            p["spec"]["variables"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|v| {
+            Some((
+                v["name"].as_str()?.to_owned(),
+                v["expression"].as_str()?.to_owned(),
+            ))
+        })
+        .filter(|(name, _)| {
+            [
+                "approversGroup",
+                "operatorAccount",
+                "workerAccounts",
+                "requireDigest",
+            ]
+            .contains(&name.as_str())
+        })
+        .collect();
+    for expected in [
+        ("approversGroup", r#""payments-approvers""#),
+        (
+            "operatorAccount",
+            r#""system:serviceaccount:ops:rendered-backlog-operator""#,
+        ),
+        ("workerAccounts", r#"["orders-replay","refunds-replay"]"#),
+        ("requireDigest", "false"),
+    ] {
+        assert!(
+            parameters.contains(&(expected.0.to_owned(), expected.1.to_owned())),
+            "{expected:?} in {parameters:?}"
+        );
+    }
+    assert!(
+        of_kind(&policy, "ConfigMap").is_empty(),
+        "no parameter ConfigMap"
+    );
 
-    // More than one replica needs leader election.
     let chart = chart_dir();
-    let refused = helm
-        .run(&[
+    let refused = |sets: &[&str]| {
+        let mut args = vec![
             "template",
             "rendered",
             chart.to_str().expect("utf-8 path"),
-            "--set",
-            "replicas=2",
-            "--set",
-            "leaderElection.enabled=false",
-        ])
-        .expect_err("two replicas without leader election are refused");
-    assert!(refused.contains("leaderElection.enabled"), "{refused}");
+            "--namespace",
+            "ops",
+        ];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        helm.run(&args).expect_err("refused")
+    };
+    // More than one replica needs leader election.
+    let message = refused(&["replicas=2", "leaderElection.enabled=false"]);
+    assert!(message.contains("leaderElection.enabled"), "{message}");
+    // The operator never gets ConfigMap writes where the policies' parameters live.
+    let message = refused(&["watchNamespaces={team-a,ops}"]);
+    assert!(
+        message.contains("watchNamespaces contains the release namespace ops"),
+        "{message}"
+    );
+    let message = refused(&["replay.workerServiceAccounts=null"]);
+    assert!(
+        message.contains("replay.workerServiceAccounts is empty"),
+        "{message}"
+    );
+    let message = refused(&["rbac.namespaceBindings={ops}"]);
+    assert!(
+        message.contains("rbac.namespaceBindings contains the release namespace ops"),
+        "{message}"
+    );
 }
 
 fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv) {
-    // Held for the whole test (outside async code): one in-process operator at a time.
+    // Held for the whole test (outside async code): one in-process operator, and one release's
+    // cluster-wide admission policies, at a time.
     let _one_at_a_time = OPERATOR
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -640,66 +765,40 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
             pod.containers[0].image.as_deref(),
             Some(format!("localhost/backlog-operator:{IMAGE_TAG}").as_str())
         );
-        for (kind, namespace, found) in [
-            (
-                "ServiceAccount",
-                Some(&release_namespace),
-                Api::<ServiceAccount>::namespaced(admin.clone(), &release_namespace)
-                    .get_opt("ops-backlog-operator")
-                    .await
-                    .map(|o| o.is_some()),
-            ),
-            (
-                "Service",
-                Some(&release_namespace),
-                Api::<k8s_openapi::api::core::v1::Service>::namespaced(admin.clone(), &release_namespace)
-                    .get_opt("ops-backlog-operator-metrics")
-                    .await
-                    .map(|o| o.is_some()),
-            ),
-            (
-                "ClusterRole",
-                None,
-                Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(admin.clone())
-                    .get_opt("ops-backlog-operator")
-                    .await
-                    .map(|o| o.is_some()),
-            ),
-            (
-                "ClusterRoleBinding",
-                None,
-                Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone())
-                    .get_opt("ops-backlog-operator")
-                    .await
-                    .map(|o| o.is_some()),
-            ),
-            (
-                "Role (leader election)",
-                Some(&release_namespace),
-                Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), &release_namespace)
-                    .get_opt("ops-backlog-operator-leader-election")
-                    .await
-                    .map(|o| o.is_some()),
-            ),
-            (
-                "ConfigMap replayjob-four-eyes",
-                Some(&release_namespace),
-                Api::<ConfigMap>::namespaced(admin.clone(), &release_namespace)
-                    .get_opt("replayjob-four-eyes")
-                    .await
-                    .map(|o| o.is_some()),
-            ),
-            (
-                "ValidatingAdmissionPolicyBinding",
-                None,
-                Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(admin.clone())
-                    .get_opt("replayjob-four-eyes.backlog.dev")
-                    .await
-                    .map(|o| o.is_some()),
-            ),
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+        let cluster_role = |name: &'static str| {
+            let api = Api::<ClusterRole>::all(admin.clone());
+            async move { api.get_opt(name).await.map(|o| o.is_some()) }
+        };
+        for (kind, found) in [
+            ("ServiceAccount", Api::<ServiceAccount>::namespaced(admin.clone(), &release_namespace).get_opt("ops-backlog-operator").await.map(|o| o.is_some())),
+            ("Service", Api::<k8s_openapi::api::core::v1::Service>::namespaced(admin.clone(), &release_namespace).get_opt("ops-backlog-operator-metrics").await.map(|o| o.is_some())),
+            ("ClusterRole", cluster_role("ops-backlog-operator").await),
+            ("ClusterRole -namespace", cluster_role("ops-backlog-operator-namespace").await),
+            ("ClusterRoleBinding", Api::<ClusterRoleBinding>::all(admin.clone()).get_opt("ops-backlog-operator").await.map(|o| o.is_some())),
+            ("Role (leader election)", Api::<Role>::namespaced(admin.clone(), &release_namespace).get_opt("ops-backlog-operator-leader-election").await.map(|o| o.is_some())),
+            ("ValidatingAdmissionPolicy", Api::<ValidatingAdmissionPolicy>::all(admin.clone()).get_opt("ops-backlog-operator.status-owner.backlog.dev").await.map(|o| o.is_some())),
+            ("ValidatingAdmissionPolicyBinding", Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).get_opt("ops-backlog-operator.replayjob.backlog.dev").await.map(|o| o.is_some())),
         ] {
-            assert_eq!(found.ok(), Some(true), "{kind} in {namespace:?}");
+            assert_eq!(found.ok(), Some(true), "{kind}");
         }
+
+        // carol, the admin of namespace apps, opts it in: she binds the ClusterRole that lets the
+        // operator create Jobs and write ConfigMaps there. She may: it grants nothing she lacks.
+        make_namespace_admin(env, &apps, "carol").await;
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "backlog-operator"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ops-backlog-operator-namespace"},
+            "subjects": [{"kind": "ServiceAccount", "name": "ops-backlog-operator", "namespace": release_namespace}],
+        }))
+        .expect("a RoleBinding");
+        Api::<RoleBinding>::namespaced(env.client("carol"), &apps)
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("a namespace admin binds the operator's namespace ClusterRole");
 
         // The operator, cluster-wide, as the chart's ServiceAccount.
         let token = service_account_token(env, &release_namespace, "ops-backlog-operator").await;
@@ -728,79 +827,15 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
         })
         .await;
 
-        // A replay: alice asks, bob approves (the chart's admission policy is in force), the
-        // operator freezes the scope into a ConfigMap and creates the canary Job.
+        // A replay: alice asks, bob approves the frozen scope (the chart's admission policies
+        // are in force), the operator creates the canary Job.
         grant_replay_users(env, &apps).await;
-        let replays_as = |user: &str| Api::<ReplayJob>::namespaced(env.client(user), &apps);
-        let on_behalf: ReplayJob =
-            serde_json::from_value(replay_body("probe", "bob")).expect("a ReplayJob");
-        let dry_run = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        wait_until(STEP, "the chart's four-eyes policy refuses a create on behalf of bob", || async {
-            match replays_as("alice").create(&dry_run, &on_behalf).await {
-                Err(kube::Error::Api(status))
-                    if status.message.contains("spec.requestedBy must be the user") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
-        let replay: ReplayJob =
-            serde_json::from_value(replay_body("refunds", "alice")).expect("a ReplayJob");
-        replays_as("alice")
-            .create(&PostParams::default(), &replay)
-            .await
-            .expect("alice asks for a replay in her own name");
-        let refused = replays_as("alice")
-            .patch(
-                "refunds",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"approval": {"approvedBy": "alice", "reference": "CAB-1"}}})),
-            )
-            .await;
-        match refused {
-            Err(kube::Error::Api(status)) if status.message.contains("approvedBy") => {}
-            other => panic!("alice approving her own replay must be refused: {other:?}"),
-        }
-        replays_as("bob")
-            .patch(
-                "refunds",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"approval": {"approvedBy": "bob", "reference": "CAB-1"}}})),
-            )
-            .await
-            .expect("bob approves");
-        let replays = Api::<ReplayJob>::namespaced(admin.clone(), &apps);
-        wait_until(STEP, "the replay runs its canary", || async {
-            let phase = replays
-                .get("refunds")
-                .await
-                .ok()
-                .and_then(|r| r.status?.phase);
-            (phase == Some(ReplayPhase::Canary))
-                .then_some(())
-                .ok_or(phase)
-        })
-        .await;
-        let jobs = Api::<Job>::namespaced(admin.clone(), &apps);
-        let canary = wait_until(STEP, "the canary Job exists", || async {
-            let list = jobs
-                .list(&ListParams::default().labels(&format!("{LABEL_REPLAY}=refunds")))
-                .await
-                .ok()?;
-            list.items.into_iter().next()
-        })
-        .await;
-        assert_eq!(canary.spec.and_then(|s| s.completion_mode).as_deref(), Some("Indexed"));
+        run_a_replay(env, &apps).await;
 
         drop(operator);
         assert_nothing_forbidden("the cluster-wide operator");
 
-        // What it may not do.
+        // What it may not do, asked of the API server with its own token.
         let other = env.create_namespace("chart-other").await;
         assert_access(
             &operator_client,
@@ -810,6 +845,13 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
                 ("list", "apps:deployments", None, true),
                 ("list", "autoscaling:horizontalpodautoscalers", None, true),
                 ("create", "events.k8s.io:events", Some(&other), true),
+                ("create", "batch:jobs", Some(&apps), true),
+                ("create", "configmaps", Some(&apps), true),
+                ("create", "batch:jobs", Some(&other), false),
+                ("create", "configmaps", Some(&other), false),
+                ("get", "configmaps", Some(&other), false),
+                ("create", "batch:jobs", Some("kube-system"), false),
+                ("patch", "configmaps", Some(&release_namespace), false),
                 ("delete", "apps:deployments", Some(&apps), false),
                 ("update", "apps:deployments", Some(&apps), false),
                 ("patch", "apps:deployments", Some(&apps), false),
@@ -823,33 +865,299 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
                 ("patch", "backlog.dev:backlogbudgets", Some(&apps), false),
                 ("delete", "backlog.dev:backlogbudgets", Some(&apps), false),
                 ("create", "rbac.authorization.k8s.io:rolebindings", Some(&apps), false),
+                ("patch", "admissionregistration.k8s.io:validatingadmissionpolicies", None, false),
+                ("delete", "admissionregistration.k8s.io:validatingadmissionpolicybindings", None, false),
                 ("update", "autoscaling:horizontalpodautoscalers", Some(&apps), false),
                 ("create", "coordination.k8s.io:leases", Some(&apps), false),
                 ("create", "coordination.k8s.io:leases", Some(&release_namespace), true),
                 ("delete", "coordination.k8s.io:leases", Some(&release_namespace), false),
                 ("impersonate", "users", None, false),
+                ("impersonate", "serviceaccounts", None, false),
             ],
         )
         .await;
+        // And the requests themselves are refused (dry runs: nothing would be changed).
+        assert_refused_requests(&operator_client, "ops-backlog-operator", &release_namespace, &other).await;
     });
+    // The cluster-wide policies go with the release, so the next release's are the only ones.
+    helm.ok(&[
+        "uninstall",
+        "ops",
+        "--namespace",
+        &release_namespace,
+        "--wait",
+    ]);
+    env.block_on(wait_policies_gone(env, "ops-backlog-operator"));
+}
+
+/// alice asks for a replay, bob approves its frozen scope, the canary Job appears.
+async fn run_a_replay(env: &TestEnv, namespace: &str) {
+    let replays_as = |user: &str| Api::<ReplayJob>::namespaced(env.client(user), namespace);
+    let on_behalf: ReplayJob =
+        serde_json::from_value(replay_body("probe", "bob")).expect("a ReplayJob");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_until(
+        STEP,
+        "the chart's policy refuses a create on behalf of bob",
+        || async {
+            match replays_as("alice").create(&dry_run, &on_behalf).await {
+                Err(kube::Error::Api(status))
+                    if status.message.contains("spec.requestedBy must be the user") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let replay: ReplayJob =
+        serde_json::from_value(replay_body("refunds", "alice")).expect("a ReplayJob");
+    replays_as("alice")
+        .create(&PostParams::default(), &replay)
+        .await
+        .expect("alice asks for a replay in her own name");
+    let replays = Api::<ReplayJob>::namespaced(env.admin(), namespace);
+    let sha = wait_until(STEP, "the scope is frozen", || async {
+        replays
+            .get("refunds")
+            .await
+            .ok()?
+            .status?
+            .scope
+            .map(|s| s.sha256)
+    })
+    .await;
+    let approve = |user: &str| json!({"spec": {"approval": {"approvedBy": user, "reference": "CAB-1", "scopeSha256": sha}}});
+    let refused = replays_as("alice")
+        .patch(
+            "refunds",
+            &PatchParams::default(),
+            &Patch::Merge(approve("alice")),
+        )
+        .await;
+    match refused {
+        Err(kube::Error::Api(status)) if status.message.contains("approvedBy") => {}
+        other => panic!("alice approving her own replay must be refused: {other:?}"),
+    }
+    replays_as("bob")
+        .patch(
+            "refunds",
+            &PatchParams::default(),
+            &Patch::Merge(approve("bob")),
+        )
+        .await
+        .expect("bob approves");
+    wait_until(STEP, "the replay runs its canary", || async {
+        let phase = replays
+            .get("refunds")
+            .await
+            .ok()
+            .and_then(|r| r.status?.phase);
+        (phase == Some(ReplayPhase::Canary))
+            .then_some(())
+            .ok_or(phase)
+    })
+    .await;
+    let jobs = Api::<Job>::namespaced(env.admin(), namespace);
+    let canary = wait_until(STEP, "the canary Job exists", || async {
+        let list = jobs
+            .list(&ListParams::default().labels(&format!("{LABEL_REPLAY}=refunds")))
+            .await
+            .ok()?;
+        list.items.into_iter().next()
+    })
+    .await;
+    assert_eq!(
+        canary.spec.and_then(|s| s.completion_mode).as_deref(),
+        Some("Indexed")
+    );
+}
+
+/// Lets `user` administer `namespace` the way the built-in admin role would for what matters
+/// here (the built-in role's rules are aggregated by a controller-manager, which this cluster
+/// does not run): Jobs, ConfigMaps, and RoleBindings.
+async fn make_namespace_admin(env: &TestEnv, namespace: &str, user: &str) {
+    apply_as_admin::<Role>(
+        env,
+        namespace,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "namespace-admin"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"], "verbs": ["get", "list", "create", "update", "patch", "delete"]},
+            ],
+        }),
+    )
+    .await;
+    apply_as_admin::<RoleBinding>(
+        env,
+        namespace,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "namespace-admin"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "namespace-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }),
+    )
+    .await;
+}
+
+/// The requests the operator's ServiceAccount must never get through, sent with its token:
+/// a Job in kube-system, a change of the admission policies (their parameters: switching four
+/// eyes off, or letting anyone write status), a ConfigMap next to its own credentials or in a
+/// namespace nobody opted in. Dry runs, refused by authorization before anything would be
+/// stored.
+async fn assert_refused_requests(
+    operator: &Client,
+    release: &str,
+    release_namespace: &str,
+    unbound: &str,
+) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "escalate"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}},
+    }))
+    .expect("a Job");
+    let forbidden = |result: Result<_, kube::Error>, what: &str| match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    };
+    forbidden(
+        Api::<Job>::namespaced(operator.clone(), "kube-system")
+            .create(&dry, &job)
+            .await
+            .map(|_| ()),
+        "creating a Job in kube-system",
+    );
+    let dry_patch = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let four_eyes_off = json!({"spec": {"variables": [
+        {"name": "approversGroup", "expression": "\"system:authenticated\""},
+    ]}});
+    forbidden(
+        Api::<ValidatingAdmissionPolicy>::all(operator.clone())
+            .patch(
+                &format!("{release}.replayjob.backlog.dev"),
+                &dry_patch,
+                &Patch::Merge(four_eyes_off),
+            )
+            .await
+            .map(|_| ()),
+        "patching the four-eyes policy's parameters",
+    );
+    forbidden(
+        Api::<ValidatingAdmissionPolicyBinding>::all(operator.clone())
+            .delete(
+                &format!("{release}.status-owner.backlog.dev"),
+                &kube::api::DeleteParams {
+                    dry_run: true,
+                    ..kube::api::DeleteParams::default()
+                },
+            )
+            .await
+            .map(|_| ()),
+        "deleting the status policy's binding",
+    );
+    let config_map: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "x"}, "data": {"a": "b"}}))
+            .expect("a ConfigMap");
+    forbidden(
+        Api::<ConfigMap>::namespaced(operator.clone(), release_namespace)
+            .create(&dry, &config_map)
+            .await
+            .map(|_| ()),
+        "creating a ConfigMap in its own namespace",
+    );
+    forbidden(
+        Api::<ConfigMap>::namespaced(operator.clone(), unbound)
+            .create(&dry, &config_map)
+            .await
+            .map(|_| ()),
+        "creating a ConfigMap in a namespace that did not opt in",
+    );
+    forbidden(
+        Api::<Job>::namespaced(operator.clone(), unbound)
+            .create(&dry, &job)
+            .await
+            .map(|_| ()),
+        "creating a Job in a namespace that did not opt in",
+    );
+}
+
+/// Waits until the admission policies of `release` no longer exist and no longer refuse: a
+/// status write by admin in a namespace of no other release goes through (a dry run).
+async fn wait_policies_gone(env: &TestEnv, release: &str) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(env.admin());
+    let name = format!("{release}.status-owner.backlog.dev");
+    wait_until(
+        STEP,
+        "the release's policy bindings are deleted",
+        || async { bindings.get_opt(&name).await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    let scratch = env.create_namespace("chart-probe").await;
+    apply_as_admin::<RetryPolicy>(
+        env,
+        &scratch,
+        json!({
+            "apiVersion": "backlog.dev/v1alpha1",
+            "kind": "RetryPolicy",
+            "metadata": {"name": "probe"},
+            "spec": {"maxAttempts": 1, "backoff": {"base": "1s", "cap": "1s", "jitter": "None"}},
+        }),
+    )
+    .await;
+    let policies = Api::<RetryPolicy>::namespaced(env.admin(), &scratch);
+    wait_until(
+        STEP,
+        "no policy refuses an admin's status write any more",
+        || async {
+            policies
+                .patch_status(
+                    "probe",
+                    &PatchParams {
+                        dry_run: true,
+                        ..PatchParams::default()
+                    },
+                    &Patch::Merge(json!({"status": {"policyHash": "probe"}})),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
 }
 
 fn a_namespaced_install_is_enough_for_its_namespace(env: &TestEnv) {
-    // Held for the whole test (outside async code): one in-process operator at a time.
+    // Held for the whole test (outside async code): one in-process operator, and one release's
+    // admission policies, at a time.
     let _one_at_a_time = OPERATOR
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let release_namespace = env.fresh_namespace("chart-team");
     let watched = env.fresh_namespace("chart-team-apps");
     let helm = helm(env, env.kubeconfig_path());
-    let watch = format!("watchNamespace={watched}");
-    // The four-eyes policy is cluster-wide: one release per cluster has it.
-    install(
-        &helm,
-        "team",
-        &release_namespace,
-        &[&watch, "replay.fourEyes.enabled=false"],
-    );
+    let watch = format!("watchNamespaces={{{watched}}}");
+    install(&helm, "team", &release_namespace, &[&watch]);
     let name = "invoices";
     env.block_on(async {
         let admin = env.admin();
@@ -861,7 +1169,7 @@ fn a_namespaced_install_is_enough_for_its_namespace(env: &TestEnv) {
                 .is_none(),
             "no ClusterRole for a namespaced install"
         );
-        Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), &watched)
+        Api::<Role>::namespaced(admin.clone(), &watched)
             .get("team-backlog-operator")
             .await
             .expect("the Role in the watched namespace");
@@ -879,6 +1187,9 @@ fn a_namespaced_install_is_enough_for_its_namespace(env: &TestEnv) {
             Some(env.prometheus_url()),
         );
         assert_budget_scaled(env, &watched, name).await;
+        // The release's policies hold in its namespace: a replay runs under them.
+        grant_replay_users(env, &watched).await;
+        run_a_replay(env, &watched).await;
         drop(operator);
         assert_nothing_forbidden("the namespaced operator");
 
@@ -889,16 +1200,34 @@ fn a_namespaced_install_is_enough_for_its_namespace(env: &TestEnv) {
             &[
                 ("patch", "apps:deployments/scale", Some(&watched), true),
                 ("list", "apps:deployments", Some(&watched), true),
+                ("create", "batch:jobs", Some(&watched), true),
                 ("patch", "apps:deployments/scale", Some(&other), false),
                 ("list", "apps:deployments", None, false),
                 ("list", "backlog.dev:backlogbudgets", None, false),
                 ("get", "configmaps", Some(&other), false),
                 ("create", "events.k8s.io:events", Some(&other), false),
                 ("get", "secrets", Some(&watched), false),
+                ("create", "batch:jobs", Some("kube-system"), false),
+                ("patch", "configmaps", Some(&release_namespace), false),
             ],
         )
         .await;
+        assert_refused_requests(
+            &operator_client,
+            "team-backlog-operator",
+            &release_namespace,
+            &other,
+        )
+        .await;
     });
+    helm.ok(&[
+        "uninstall",
+        "team",
+        "--namespace",
+        &release_namespace,
+        "--wait",
+    ]);
+    env.block_on(wait_policies_gone(env, "team-backlog-operator"));
 }
 
 /// Stops the child process when the test ends, also when it panics.
@@ -920,7 +1249,8 @@ fn the_binary_accepts_the_charts_arguments_and_leads_with_its_lease_role(env: &T
         "lease",
         &release_namespace,
         &[
-            "replay.fourEyes.enabled=false",
+            // Cluster-wide policies of this release would hold in the other tests' namespaces.
+            "admission.enabled=false",
             "leaderElection.leaseDuration=3s",
             "prometheusUrl=http://127.0.0.1:9",
         ],
