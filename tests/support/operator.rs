@@ -4,9 +4,7 @@
 use std::time::Duration;
 
 use backlog_operator::controller::replay::audit::MemoryAudit;
-use backlog_operator::controller::{
-    Context, ContextSettings, Scope, build_context, run_controllers,
-};
+use backlog_operator::controller::{Context, ContextSettings, Scope, build_context, run_scopes};
 use kube::Client;
 use std::sync::Arc;
 
@@ -40,19 +38,20 @@ impl Operator {
     ) -> Operator {
         let settings =
             ContextSettings::defaults(prometheus.map(str::to_owned), Duration::from_secs(2), 8);
-        Operator::with_settings(env, client, scope, settings)
+        Operator::with_settings(env, client, vec![scope], settings)
     }
 
-    /// Starts the controllers with explicit settings (allowlist, worker policy).
+    /// Starts the controllers in each of `scopes` with explicit settings (allowlist, worker
+    /// policy).
     pub fn with_settings(
         env: &TestEnv,
         client: Client,
-        scope: Scope,
+        scopes: Vec<Scope>,
         settings: ContextSettings,
     ) -> Operator {
         let audit = MemoryAudit::shared();
         let context = Arc::new(build_context(client, settings).with_audit(audit.clone()));
-        let task = env.runtime().spawn(run_controllers(context.clone(), scope));
+        let task = env.runtime().spawn(run_scopes(context.clone(), scopes));
         Operator {
             task: Some(task),
             context,
