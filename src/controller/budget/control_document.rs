@@ -290,11 +290,18 @@ pub async fn prepare(
     let name = configmap_name(&budget_name);
     let namespace = budget.namespace().unwrap_or_default();
     let unreadable = |what: &str, error: kube::Error| {
+        // Cluster-wide, the operator writes ConfigMaps only where a namespace admin granted it.
+        let grant = match &error {
+            kube::Error::Api(status) if status.code == 403 => {
+                " (a namespace admin grants it by binding the operator's <release>-namespace ClusterRole to its ServiceAccount here; see the README's Security section)"
+            }
+            _ => "",
+        };
         ConditionSpec::new(
             CONTROL_DOCUMENT_PUBLISHED,
             Truth::Unknown,
             "ApiError",
-            format!("could not read {what}: {error}; retrying at the next poll"),
+            format!("could not read {what}: {error}{grant}; retrying at the next poll"),
         )
     };
     let policy = match resolve_policy(ctx, budget, &namespace).await {
