@@ -303,7 +303,7 @@ pub struct ReplayJobStatus {
     /// trail, written when the replay ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_config_map: Option<String>,
-    /// `ScopeFrozen`, `Approved`, `Waiting`, `JobAccepted`, `Verified`, `Halted`.
+    /// `ScopeFrozen`, `Admitted`, `Approved`, `Waiting`, `JobAccepted`, `Verified`, `Halted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -293,7 +293,20 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
                 let Ok(recorded) = &frozen else {
                     break;
                 };
-                facts.scope_check = Some(scope::check(client, &namespace, recorded).await?);
+                let what = || {
+                    format!(
+                        "checking the frozen scope {namespace}/{}",
+                        recorded.config_map
+                    )
+                };
+                let check =
+                    tokio::time::timeout(API_TIMEOUT, scope::check(client, &namespace, recorded))
+                        .await
+                        .map_err(|_| Error::Timeout {
+                            what: what(),
+                            seconds: API_TIMEOUT.as_secs(),
+                        })??;
+                facts.scope_check = Some(check);
             }
             _ => break,
         }
