@@ -7,7 +7,10 @@
 //! could take over its node or act as another ServiceAccount. The operator creates the Job with
 //! its own credentials, so the worker must never get more than its requester could.
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, SecurityContext, Volume};
+use k8s_openapi::api::core::v1::{
+    Container, PodSecurityContext, PodSpec, PodTemplateSpec, SELinuxOptions, SecurityContext,
+    Volume,
+};
 
 /// The ServiceAccount a worker runs as when its template names none.
 pub const DEFAULT_WORKER_SERVICE_ACCOUNT: &str = "replay-worker";
@@ -173,46 +176,7 @@ fn pod_problems(pod: &PodSpec, policy: &WorkerPolicy, found: &mut Vec<String>) {
     }
     if let Some(context) = &pod.security_context {
         let path = "spec.template.spec.securityContext";
-        if context.run_as_non_root == Some(false) {
-            found.push(format!(
-                "{path}.runAsNonRoot is false: {PROFILE}; remove it"
-            ));
-        }
-        if context.run_as_user == Some(0) {
-            found.push(format!(
-                "{path}.runAsUser is 0 (root): {PROFILE}; remove it"
-            ));
-        }
-        if context
-            .seccomp_profile
-            .as_ref()
-            .is_some_and(|p| p.type_ == "Unconfined")
-        {
-            found.push(format!(
-                "{path}.seccompProfile.type is Unconfined: {PROFILE}; use RuntimeDefault or Localhost"
-            ));
-        }
-        if context
-            .app_armor_profile
-            .as_ref()
-            .is_some_and(|p| p.type_ == "Unconfined")
-        {
-            found.push(format!(
-                "{path}.appArmorProfile.type is Unconfined: {PROFILE}; remove it"
-            ));
-        }
-        if let Some(options) = &context.se_linux_options {
-            selinux_problems(path, options, found);
-        }
-        if context
-            .windows_options
-            .as_ref()
-            .is_some_and(|w| w.host_process == Some(true))
-        {
-            found.push(format!(
-                "{path}.windowsOptions.hostProcess is true: {PROFILE}; remove it"
-            ));
-        }
+        shared_problems(path, &Shared::of_pod(context), found);
         for sysctl in context.sysctls.iter().flatten() {
             if !SAFE_SYSCTLS.contains(&sysctl.name.as_str()) {
                 found.push(format!(
@@ -221,6 +185,77 @@ fn pod_problems(pod: &PodSpec, policy: &WorkerPolicy, found: &mut Vec<String>) {
                 ));
             }
         }
+    }
+}
+
+/// The fields a pod's and a container's security contexts share.
+struct Shared<'a> {
+    run_as_non_root: Option<bool>,
+    run_as_user: Option<i64>,
+    seccomp: Option<&'a str>,
+    app_armor: Option<&'a str>,
+    se_linux: Option<&'a SELinuxOptions>,
+    host_process: Option<bool>,
+}
+
+impl<'a> Shared<'a> {
+    fn of_pod(context: &'a PodSecurityContext) -> Shared<'a> {
+        Shared {
+            run_as_non_root: context.run_as_non_root,
+            run_as_user: context.run_as_user,
+            seccomp: context.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            app_armor: context.app_armor_profile.as_ref().map(|p| p.type_.as_str()),
+            se_linux: context.se_linux_options.as_ref(),
+            host_process: context
+                .windows_options
+                .as_ref()
+                .and_then(|w| w.host_process),
+        }
+    }
+
+    fn of_container(context: &'a SecurityContext) -> Shared<'a> {
+        Shared {
+            run_as_non_root: context.run_as_non_root,
+            run_as_user: context.run_as_user,
+            seccomp: context.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            app_armor: context.app_armor_profile.as_ref().map(|p| p.type_.as_str()),
+            se_linux: context.se_linux_options.as_ref(),
+            host_process: context
+                .windows_options
+                .as_ref()
+                .and_then(|w| w.host_process),
+        }
+    }
+}
+
+fn shared_problems(path: &str, context: &Shared<'_>, found: &mut Vec<String>) {
+    if context.run_as_non_root == Some(false) {
+        found.push(format!(
+            "{path}.runAsNonRoot is false: {PROFILE}; remove it"
+        ));
+    }
+    if context.run_as_user == Some(0) {
+        found.push(format!(
+            "{path}.runAsUser is 0 (root): {PROFILE}; remove it"
+        ));
+    }
+    if context.seccomp == Some("Unconfined") {
+        found.push(format!(
+            "{path}.seccompProfile.type is Unconfined: {PROFILE}; use RuntimeDefault or Localhost"
+        ));
+    }
+    if context.app_armor == Some("Unconfined") {
+        found.push(format!(
+            "{path}.appArmorProfile.type is Unconfined: {PROFILE}; remove it"
+        ));
+    }
+    if let Some(options) = context.se_linux {
+        selinux_problems(path, options, found);
+    }
+    if context.host_process == Some(true) {
+        found.push(format!(
+            "{path}.windowsOptions.hostProcess is true: {PROFILE}; remove it"
+        ));
     }
 }
 
@@ -237,11 +272,7 @@ fn forbidden_volume_type(volume: &Volume) -> Option<&'static str> {
     })
 }
 
-fn selinux_problems(
-    path: &str,
-    options: &k8s_openapi::api::core::v1::SELinuxOptions,
-    found: &mut Vec<String>,
-) {
+fn selinux_problems(path: &str, options: &SELinuxOptions, found: &mut Vec<String>) {
     if options.user.as_deref().is_some_and(|u| !u.is_empty())
         || options.role.as_deref().is_some_and(|r| !r.is_empty())
     {
@@ -296,16 +327,7 @@ fn security_context_problems(path: &str, context: &SecurityContext, found: &mut 
             found.push(format!("{path}.{field} is true: {PROFILE}; remove it"));
         }
     }
-    if context.run_as_non_root == Some(false) {
-        found.push(format!(
-            "{path}.runAsNonRoot is false: {PROFILE}; remove it"
-        ));
-    }
-    if context.run_as_user == Some(0) {
-        found.push(format!(
-            "{path}.runAsUser is 0 (root): {PROFILE}; remove it"
-        ));
-    }
+    shared_problems(path, &Shared::of_container(context), found);
     if let Some(added) = context.capabilities.as_ref().and_then(|c| c.add.as_ref()) {
         let forbidden: Vec<&str> = added
             .iter()
@@ -319,39 +341,9 @@ fn security_context_problems(path: &str, context: &SecurityContext, found: &mut 
             ));
         }
     }
-    if context
-        .seccomp_profile
-        .as_ref()
-        .is_some_and(|p| p.type_ == "Unconfined")
-    {
-        found.push(format!(
-            "{path}.seccompProfile.type is Unconfined: {PROFILE}; use RuntimeDefault or Localhost"
-        ));
-    }
-    if context
-        .app_armor_profile
-        .as_ref()
-        .is_some_and(|p| p.type_ == "Unconfined")
-    {
-        found.push(format!(
-            "{path}.appArmorProfile.type is Unconfined: {PROFILE}; remove it"
-        ));
-    }
     if context.proc_mount.as_deref() == Some("Unmasked") {
         found.push(format!(
             "{path}.procMount is Unmasked: {PROFILE}; remove it"
-        ));
-    }
-    if let Some(options) = &context.se_linux_options {
-        selinux_problems(path, options, found);
-    }
-    if context
-        .windows_options
-        .as_ref()
-        .is_some_and(|w| w.host_process == Some(true))
-    {
-        found.push(format!(
-            "{path}.windowsOptions.hostProcess is true: {PROFILE}; remove it"
         ));
     }
 }
