@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use backlog_operator::api::{BacklogBudget, RetryPolicy};
 use backlog_operator::controller::budget::control_document::configmap_name;
-use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
@@ -113,7 +115,12 @@ fn the_chart_runs_the_operator_as_a_restricted_pod_and_uninstalls_cleanly(env: &
     let release = "backlog";
     let selector = format!("app.kubernetes.io/instance={release}");
 
-    // As the README says: the chart's defaults name the image `make image` built.
+    // As the README says: the chart's defaults name the image `make image` built. The release
+    // watches one namespace of its own (Roles there, its admission policies bound there): this
+    // binary's other tests run operators of their own in this process, and a second operator
+    // in their namespaces would write their statuses too and find their Jobs Foreign.
+    let watched = env.fresh_namespace("operator-watched");
+    let watch = format!("watchNamespaces={{{watched}}}");
     helm.ok(&[
         "install",
         release,
@@ -123,6 +130,8 @@ fn the_chart_runs_the_operator_as_a_restricted_pod_and_uninstalls_cleanly(env: &
         "--skip-crds",
         "--set",
         &prometheus,
+        "--set",
+        &watch,
         "--wait",
         "--timeout",
         "120s",
@@ -157,6 +166,40 @@ fn the_chart_runs_the_operator_as_a_restricted_pod_and_uninstalls_cleanly(env: &
             lease.labels().contains_key("helm.sh/chart"),
             "the chart owns the Lease"
         );
+        // Namespaced mode: its permissions are a Role in the watched namespace, and its
+        // admission policies are bound to that namespace only.
+        let roles = Api::<Role>::namespaced(env.admin(), &watched)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("the release's Roles");
+        assert_eq!(roles.items.len(), 1, "one Role in {watched}");
+        let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(env.admin())
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("the release's policy bindings");
+        assert_eq!(
+            bindings.items.len(),
+            2,
+            "the replay and status-owner policies"
+        );
+        for binding in &bindings.items {
+            let namespaces = binding
+                .spec
+                .as_ref()
+                .and_then(|s| s.match_resources.as_ref())
+                .and_then(|m| m.namespace_selector.as_ref())
+                .and_then(|n| n.match_expressions.as_ref())
+                .into_iter()
+                .flatten()
+                .flat_map(|e| e.values.clone().unwrap_or_default())
+                .collect::<Vec<_>>();
+            assert_eq!(
+                namespaces,
+                std::slice::from_ref(&watched),
+                "{}",
+                binding.name_any()
+            );
+        }
         let logs = Api::<Pod>::namespaced(env.admin(), &namespace)
             .logs(&pod.name_any(), &LogParams::default())
             .await
@@ -196,6 +239,8 @@ fn the_chart_runs_the_operator_as_a_restricted_pod_and_uninstalls_cleanly(env: &
         "--set",
         &prometheus,
         "--set",
+        &watch,
+        "--set",
         "logLevel=debug",
         "--wait",
         "--timeout",
@@ -225,6 +270,7 @@ fn the_chart_runs_the_operator_as_a_restricted_pod_and_uninstalls_cleanly(env: &
         "120s",
     ]);
     env.block_on(assert_only_crds_remain(env, &namespace, release));
+    env.block_on(assert_only_crds_remain(env, &watched, release));
 }
 
 /// `Kind name` of each cluster-wide object `selector` finds.
@@ -288,6 +334,7 @@ async fn assert_only_crds_remain(env: &TestEnv, namespace: &str, release: &str) 
         left.extend(cluster_wide::<ClusterRole>(&admin, &labelled).await?);
         left.extend(cluster_wide::<ClusterRoleBinding>(&admin, &labelled).await?);
         left.extend(cluster_wide::<ValidatingAdmissionPolicy>(&admin, &labelled).await?);
+        left.extend(cluster_wide::<ValidatingAdmissionPolicyBinding>(&admin, &labelled).await?);
         if left.is_empty() {
             Ok(())
         } else {

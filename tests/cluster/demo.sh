@@ -65,6 +65,9 @@ step "helm install: the operator as a pod (image localhost/backlog-operator, Pro
 step "the consumer: Deployment demo/orders, real pods mounting the control document"
 "$kubectl" create namespace demo
 "$kubectl" label namespace demo pod-security.kubernetes.io/enforce=restricted
+# The namespace's admin opts in: the operator may write ConfigMaps and create Jobs here.
+"$kubectl" -n demo create rolebinding backlog-operator --clusterrole=backlog-operator-namespace \
+  --serviceaccount=backlog-system:backlog-operator
 "$kubectl" apply -n demo -f examples/demo/consumer.yaml
 "$kubectl" -n demo rollout status deployment/orders --timeout=120s
 
@@ -104,10 +107,14 @@ printf 'the API server refused it:\n%s\n' "$output"
 
 step "a replay: alice asks, bob approves, the reference worker runs as Indexed Jobs"
 "$kubectl" apply -f examples/demo/replay-users.yaml
+"$kubectl" -n demo create serviceaccount replay-worker   # what the worker pods run as
 "$kubectl" --context alice apply -f examples/demo/replay.yaml
+"$kubectl" -n demo wait rj/orders-schema-fix --for=jsonpath='{.status.phase}'=AwaitingApproval --timeout=60s
 "$kubectl" --context alice -n demo get rj orders-schema-fix
+# bob approves exactly the frozen list, by its sha256.
+sha=$("$kubectl" --context bob -n demo get rj orders-schema-fix -o jsonpath='{.status.scope.sha256}')
 "$kubectl" --context bob -n demo patch rj orders-schema-fix --type merge \
-  -p '{"spec":{"approval":{"approvedBy":"bob","reference":"CAB-2026-118"}}}'
+  -p '{"spec":{"approval":{"approvedBy":"bob","reference":"CAB-2026-118","scopeSha256":"'"$sha"'"}}}'
 "$kubectl" -n demo wait rj/orders-schema-fix --for=jsonpath='{.status.phase}'=Succeeded --timeout=180s
 "$kubectl" -n demo get rj orders-schema-fix
 "$kubectl" -n demo get jobs -l backlog.dev/replay=orders-schema-fix

@@ -218,6 +218,8 @@ pub fn argo_and_kstatus_read_the_operators_statuses(env: &TestEnv) {
     env.add_scrape_target(&namespace, &exporter.target(), &[]);
     let _operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
     let objects = env.block_on(async {
+        // The ServiceAccount the operator gives replay workers.
+        crate::support::identity::ensure_service_account(env, &namespace, "replay-worker").await;
         // A budget with its metrics (Healthy), one whose queries find nothing
         // (MetricsUnavailable), and one whose target another autoscaler owns (Conflict).
         for (name, metric) in [
@@ -261,9 +263,15 @@ pub fn argo_and_kstatus_read_the_operators_statuses(env: &TestEnv) {
             replay("broken", &["b-1", "b-2"], Some("b-1")),
         )
         .await;
-        let approval = json!({"spec": {"approval": {"approvedBy": "bob", "reference": "CAB-1"}}});
         for name in ["done", "broken"] {
-            Api::<ReplayJob>::namespaced(env.admin(), &namespace)
+            let replays = Api::<ReplayJob>::namespaced(env.admin(), &namespace);
+            // An approval names the frozen list it covers.
+            let sha = wait_until(STEP, "the replay's scope is frozen", || async {
+                replays.get(name).await.ok()?.status?.scope.map(|s| s.sha256)
+            })
+            .await;
+            let approval = json!({"spec": {"approval": {"approvedBy": "bob", "reference": "CAB-1", "scopeSha256": sha}}});
+            replays
                 .patch(name, &PatchParams::default(), &Patch::Merge(&approval))
                 .await
                 .expect("approve");
