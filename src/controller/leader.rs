@@ -11,7 +11,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use super::error::{Error, KubeContext};
+use super::error::{ApiCall, During, Error, LeadershipLost, Verb};
 use crate::core::leadership::{LeaseAction, LeaseState, decide};
 
 /// Where the lease lives and who we are.
@@ -46,7 +46,7 @@ async fn attempt(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, Err
     let current = api
         .get_opt(&settings.name)
         .await
-        .context(|| format!("reading Lease {}/{}", settings.namespace, settings.name))?;
+        .during(|| ApiCall::on::<Lease>(Verb::Get, &settings.namespace, &settings.name))?;
     let action = decide(
         current.as_ref().map(state_of).as_ref(),
         &settings.identity,
@@ -73,6 +73,7 @@ async fn attempt(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, Err
         lease_transitions: Some(transitions),
         ..LeaseSpec::default()
     };
+    let current_exists = current.is_some();
     let result = match current {
         None => {
             let lease = Lease {
@@ -95,10 +96,18 @@ async fn attempt(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, Err
     match result {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-        Err(source) => Err(Error::Kube {
-            context: format!("writing Lease {}/{}", settings.namespace, settings.name),
+        Err(source) => Err(Error::api(
+            ApiCall::on::<Lease>(
+                if current_exists {
+                    Verb::Replace
+                } else {
+                    Verb::Create
+                },
+                &settings.namespace,
+                &settings.name,
+            ),
             source,
-        }),
+        )),
     }
 }
 
@@ -128,20 +137,21 @@ pub async fn keep(client: Client, settings: LeaseSettings) -> Error {
         match attempt(&api, &settings).await {
             Ok(true) => last_renewal = tokio::time::Instant::now(),
             Ok(false) => {
-                return Error::Leadership(format!(
-                    "Lease {}/{} is held by another replica",
-                    settings.namespace, settings.name
-                ));
+                return LeadershipLost::TakenOver {
+                    namespace: settings.namespace.clone(),
+                    name: settings.name.clone(),
+                }
+                .into();
             }
             Err(error) => {
                 warn!(%error, "could not renew the lease");
                 if last_renewal.elapsed() >= settings.duration {
-                    return Error::Leadership(format!(
-                        "Lease {}/{} not renewed within {}s",
-                        settings.namespace,
-                        settings.name,
-                        settings.duration.as_secs()
-                    ));
+                    return LeadershipLost::NotRenewed {
+                        namespace: settings.namespace.clone(),
+                        name: settings.name.clone(),
+                        within: settings.duration,
+                    }
+                    .into();
                 }
             }
         }

@@ -6,7 +6,9 @@ pub mod budget;
 pub mod context;
 pub mod error;
 pub mod leader;
+pub mod reconciler;
 pub mod replay;
+pub mod retry;
 pub mod retry_policy;
 
 use std::net::SocketAddr;
@@ -152,7 +154,7 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
         &options.allowed_prometheus_urls,
         options.prometheus_url.as_deref(),
     )
-    .map_err(|e| Error::Settings(e.to_string()))?;
+    .map_err(Error::Settings)?;
     let context = build_context(
         client,
         ContextSettings {

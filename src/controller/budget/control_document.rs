@@ -35,7 +35,7 @@ use crate::consumer::{
 };
 use crate::controller::apply::{FIELD_MANAGER, apply_params};
 use crate::controller::context::Context;
-use crate::controller::error::{Error, KubeContext, is_not_found};
+use crate::controller::error::{ApiCall, During, Error, Verb, is_not_found};
 
 /// True when the ConfigMap holds the document for the current spec and class states.
 pub const CONTROL_DOCUMENT_PUBLISHED: &str = "ControlDocumentPublished";
@@ -224,12 +224,7 @@ impl Prepared {
         let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &self.namespace);
         api.patch(&self.name, &apply_params(), &Patch::Apply(configmap))
             .await
-            .context(|| {
-                format!(
-                    "writing the control document ConfigMap {}/{}",
-                    self.namespace, self.name
-                )
-            })?;
+            .during(|| ApiCall::on::<ConfigMap>(Verb::Apply, &self.namespace, &self.name))?;
         info!(configmap = %self.name, namespace = %self.namespace, revision = ?self.revision, "control document published");
         Ok(())
     }

@@ -21,6 +21,8 @@ use crate::api::backlog_budget::BacklogBudget;
 
 use super::Scope;
 use super::context::Context;
+use super::error::Error;
+use super::reconciler::{self, Failures, Reconciler};
 
 pub const CONTROLLER: &str = "backlogbudget";
 
@@ -32,6 +34,27 @@ pub struct BudgetContext {
     /// Every BacklogBudget in scope, for conflict detection.
     pub budgets: Store<BacklogBudget>,
     kinds: target::Kinds,
+    failures: Failures,
+}
+
+impl Reconciler for BudgetContext {
+    type Object = BacklogBudget;
+    const NAME: &'static str = CONTROLLER;
+
+    fn context(&self) -> &Context {
+        &self.base
+    }
+
+    fn failures(&self) -> &Failures {
+        &self.failures
+    }
+
+    async fn reconcile(
+        &self,
+        budget: Arc<BacklogBudget>,
+    ) -> Result<kube::runtime::controller::Action, Error> {
+        reconcile::reconcile(&budget, self).await
+    }
 }
 
 /// The budgets whose target is this workload.
@@ -81,6 +104,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         autoscalers,
         budgets: budgets.clone(),
         kinds: target::Kinds::default(),
+        failures: Failures::default(),
     });
     controller
         .watches(
@@ -123,7 +147,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
             },
         )
         .shutdown_on_signal()
-        .run(reconcile::reconcile, reconcile::error_policy, context)
+        .run(reconciler::reconcile, reconciler::error_policy, context)
         .for_each(|_| futures::future::ready(()))
         .await;
 }

@@ -1,43 +1,28 @@
 //! One BacklogBudget reconcile: read → decide → apply → status.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase};
 use crate::api::conditions::{ConditionSpec, Truth};
 use crate::api::readiness;
 use crate::controller::apply::apply_status;
-use crate::controller::error::{Error, KubeContext};
+use crate::controller::error::{ApiCall, During, Error, Verb};
 use crate::core::budget_config::BudgetConfig;
 use crate::core::metric_input::Observation;
 use crate::core::scaling::{SCALING_ACTIVE, ScalingDecision, ScalingInputs, decide};
 
-use super::{
-    BudgetContext, CONTROLLER, classes, conflict, control_document, inputs, status, target,
-};
+use super::{BudgetContext, classes, conflict, control_document, inputs, status, target};
 
 /// How soon a budget whose spec cannot be used is looked at again.
 const INVALID_RETRY: Duration = Duration::from_secs(30);
 
-pub async fn reconcile(
-    budget: Arc<BacklogBudget>,
-    ctx: Arc<BudgetContext>,
-) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&budget, &ctx).await;
-    ctx.base
-        .metrics
-        .reconciled(CONTROLLER, started.elapsed().as_secs_f64());
-    result
-}
-
-async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Action, Error> {
+pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Action, Error> {
     let name = budget.name_any();
     let namespace = budget.namespace().ok_or_else(|| Error::MissingNamespace {
         kind: "BacklogBudget",
@@ -51,7 +36,9 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
     let previous = budgets
         .get_status(&name)
         .await
-        .context(|| format!("reading the status of BacklogBudget {name}"))?
+        .during(|| {
+            ApiCall::on::<BacklogBudget>(Verb::Get, &namespace, &name).subresource("status")
+        })?
         .status
         .unwrap_or_default();
     let generation = budget.meta().generation;
@@ -73,17 +60,17 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
     };
     let poll = Duration::from_secs_f64(config.poll_interval_seconds);
 
-    let workload_api = ctx
-        .kinds
-        .api(client, &namespace, &budget.spec.scale_target_ref)
-        .await;
-    let workload = match &workload_api {
-        Ok(api) => target::read(api, &budget.spec.scale_target_ref).await,
-        Err(problem) => Err(problem.clone()),
+    // A target the spec names wrongly is a status; a failure that may pass (`?`) is retried.
+    let target_ref = &budget.spec.scale_target_ref;
+    let found = match ctx.kinds.api(client, &namespace, target_ref).await? {
+        Ok(api) => target::read(&api, &namespace, target_ref)
+            .await?
+            .map(|workload| (api, workload)),
+        Err(problem) => Err(problem),
     };
-    let (workload_api, workload) = match (workload_api, workload) {
-        (Ok(api), Ok(workload)) => (api, workload),
-        (_, Err(problem)) | (Err(problem), _) => {
+    let (workload_api, workload) = match found {
+        Ok(found) => found,
+        Err(problem) => {
             let condition = ConditionSpec::new(
                 SCALING_ACTIVE,
                 Truth::False,
@@ -122,14 +109,14 @@ async fn reconcile_inner(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<
     if let Some(change) = &decision.change {
         target::scale(&workload_api, &budget.spec.scale_target_ref.name, change.to)
             .await
-            .context(|| {
-                format!(
-                    "scaling {} {}/{} to {}",
-                    budget.spec.scale_target_ref.kind,
-                    namespace,
-                    budget.spec.scale_target_ref.name,
-                    change.to
+            .during(|| {
+                ApiCall::new(
+                    Verb::Apply,
+                    target_ref.kind.clone(),
+                    &namespace,
+                    &target_ref.name,
                 )
+                .subresource("scale")
             })?;
         info!(budget = %name, namespace = %namespace, from = change.from, to = change.to, reason = %change.reason, "scaled");
         ctx.base
@@ -197,9 +184,10 @@ async fn write(
         return Ok(());
     }
     let name = budget.name_any();
-    apply_status(api, &name, &next)
-        .await
-        .context(|| format!("writing the status of BacklogBudget {name}"))?;
+    let namespace = budget.namespace().unwrap_or_default();
+    apply_status(api, &name, &next).await.during(|| {
+        ApiCall::on::<BacklogBudget>(Verb::Apply, &namespace, &name).subresource("status")
+    })?;
     if previous.phase != next.phase
         && let Some(phase) = next.phase
     {
@@ -254,11 +242,4 @@ fn export(ctx: &BudgetContext, namespace: &str, name: &str, decision: &ScalingDe
         .drain_time_seconds
         .get_or_create(&labels)
         .set(decision.drain_time_seconds.unwrap_or(f64::NAN));
-}
-
-/// Retries a failed reconcile after a short pause.
-pub fn error_policy(budget: Arc<BacklogBudget>, error: &Error, ctx: Arc<BudgetContext>) -> Action {
-    warn!(budget = %budget.name_any(), %error, "reconcile failed");
-    ctx.base.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(Duration::from_secs(5))
 }

@@ -9,6 +9,7 @@ use kube::{Api, Client};
 
 use crate::api::backlog_budget::ScaleTargetRef;
 use crate::controller::apply::apply_params;
+use crate::controller::error::{ApiCall, Error, Persistence, Verb, persistence_of};
 
 /// The target's replica counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,8 +20,10 @@ pub struct Workload {
     pub ready: Option<u32>,
 }
 
-/// Why the target cannot be used; each names the field and the fix.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// Why the target cannot be used; each names the field and the fix. A failure that may pass
+/// by itself (a timeout, an overloaded API server) is an [`Error`] instead, retried with
+/// backoff without touching the status.
+#[derive(Debug, thiserror::Error)]
 pub enum TargetProblem {
     #[error("spec.scaleTargetRef.apiVersion {0:?} is not group/version or version")]
     BadApiVersion(String),
@@ -32,8 +35,16 @@ pub enum TargetProblem {
         "spec.scaleTargetRef: {kind} {name} does not exist in this namespace; create it or fix the name"
     )]
     NotFound { kind: String, name: String },
-    #[error("spec.scaleTargetRef: {0}")]
-    Unreadable(String),
+    /// The API server refuses to show the target for good (a missing RBAC rule, most likely).
+    #[error(
+        "spec.scaleTargetRef: the API server refuses to show {kind} {name} to the operator ({source}); grant it get on this kind (the chart's rbac.extraScaleTargets) or point the budget at another workload"
+    )]
+    Refused {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// Kinds resolved by discovery, so a poll does not rediscover them.
@@ -51,13 +62,15 @@ fn group_version_kind(target: &ScaleTargetRef) -> Result<GroupVersionKind, Targe
     Ok(GroupVersionKind::gvk(group, version, &target.kind))
 }
 
+/// A target that cannot be used (`Ok(Err)`), or a failure worth retrying (`Err`).
+pub type Lookup<T> = Result<Result<T, TargetProblem>, Error>;
+
 impl Kinds {
-    async fn resource(
-        &self,
-        client: &Client,
-        target: &ScaleTargetRef,
-    ) -> Result<ApiResource, TargetProblem> {
-        let gvk = group_version_kind(target)?;
+    async fn resource(&self, client: &Client, target: &ScaleTargetRef) -> Lookup<ApiResource> {
+        let gvk = match group_version_kind(target) {
+            Ok(gvk) => gvk,
+            Err(problem) => return Ok(Err(problem)),
+        };
         let known = self
             .resolved
             .lock()
@@ -65,19 +78,36 @@ impl Kinds {
             .get(&gvk)
             .cloned();
         if let Some(resource) = known {
-            return Ok(resource);
+            return Ok(Ok(resource));
         }
-        let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
-            .await
-            .map_err(|_| TargetProblem::UnknownKind {
-                api_version: target.api_version.clone(),
-                kind: target.kind.clone(),
-            })?;
+        let resource = match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok((resource, _)) => resource,
+            // The group, version or kind is not served (404, or missing from the list): the
+            // spec names something this cluster does not have.
+            Err(error) if unserved(&error) => {
+                return Ok(Err(TargetProblem::UnknownKind {
+                    api_version: target.api_version.clone(),
+                    kind: target.kind.clone(),
+                }));
+            }
+            Err(source) => {
+                return Err(Error::api(
+                    ApiCall {
+                        verb: Verb::Discover,
+                        kind: target.kind.clone().into(),
+                        subresource: None,
+                        namespace: None,
+                        name: Some(target.api_version.clone()),
+                    },
+                    source,
+                ));
+            }
+        };
         self.resolved
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(gvk, resource.clone());
-        Ok(resource)
+        Ok(Ok(resource))
     }
 
     /// The target's API in `namespace`.
@@ -86,9 +116,20 @@ impl Kinds {
         client: &Client,
         namespace: &str,
         target: &ScaleTargetRef,
-    ) -> Result<Api<DynamicObject>, TargetProblem> {
-        let resource = self.resource(client, target).await?;
-        Ok(Api::namespaced_with(client.clone(), namespace, &resource))
+    ) -> Lookup<Api<DynamicObject>> {
+        Ok(self
+            .resource(client, target)
+            .await?
+            .map(|resource| Api::namespaced_with(client.clone(), namespace, &resource)))
+    }
+}
+
+/// Whether discovery failed because the cluster does not serve the kind at all.
+fn unserved(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 404,
+        kube::Error::Discovery(_) => persistence_of(error) == Persistence::Permanent,
+        _ => false,
     }
 }
 
@@ -101,26 +142,41 @@ fn count(value: Option<&serde_json::Value>) -> Option<u32> {
 /// Reads the target's replicas.
 pub async fn read(
     api: &Api<DynamicObject>,
+    namespace: &str,
     target: &ScaleTargetRef,
-) -> Result<Workload, TargetProblem> {
-    let object = api
-        .get_opt(&target.name)
-        .await
-        .map_err(|e| TargetProblem::Unreadable(e.to_string()))?
-        .ok_or_else(|| TargetProblem::NotFound {
-            kind: target.kind.clone(),
-            name: target.name.clone(),
-        })?;
+) -> Lookup<Workload> {
+    let object = match api.get_opt(&target.name).await {
+        Ok(Some(object)) => object,
+        Ok(None) => {
+            return Ok(Err(TargetProblem::NotFound {
+                kind: target.kind.clone(),
+                name: target.name.clone(),
+            }));
+        }
+        Err(source) if persistence_of(&source) == Persistence::Permanent => {
+            return Ok(Err(TargetProblem::Refused {
+                kind: target.kind.clone(),
+                name: target.name.clone(),
+                source,
+            }));
+        }
+        Err(source) => {
+            return Err(Error::api(
+                ApiCall::new(Verb::Get, target.kind.clone(), namespace, &target.name),
+                source,
+            ));
+        }
+    };
     let spec = object.data.get("spec");
     let status = object.data.get("status");
     // Only a workload whose controller has reported on it has a meaningful ready count (an
     // omitted readyReplicas then means 0).
     let reported = status.is_some_and(|s| s.get("observedGeneration").is_some());
-    Ok(Workload {
+    Ok(Ok(Workload {
         // A workload without spec.replicas runs one (the API default).
         replicas: count(spec.and_then(|s| s.get("replicas"))).unwrap_or(1),
         ready: reported.then(|| count(status.and_then(|s| s.get("readyReplicas"))).unwrap_or(0)),
-    })
+    }))
 }
 
 /// Sets the target's replicas through its `/scale` subresource.

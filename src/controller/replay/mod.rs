@@ -27,6 +27,8 @@ use crate::api::replay_job::{ReplayJob, ReplayPhase};
 
 use super::Scope;
 use super::context::Context;
+use super::error::Error;
+use super::reconciler::{self, Failures, Reconciler};
 use memory::{ChildMemory, KeyedLocks};
 
 pub use job::{EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE};
@@ -43,7 +45,29 @@ pub struct ReplayContext {
     queue_locks: KeyedLocks,
     /// Children this process created, until the status records them.
     children: ChildMemory,
+    failures: Failures,
 }
+
+impl Reconciler for ReplayContext {
+    type Object = ReplayJob;
+    const NAME: &'static str = CONTROLLER;
+
+    fn context(&self) -> &Context {
+        &self.base
+    }
+
+    fn failures(&self) -> &Failures {
+        &self.failures
+    }
+
+    async fn reconcile(
+        &self,
+        replay: Arc<ReplayJob>,
+    ) -> Result<kube::runtime::controller::Action, Error> {
+        reconcile::reconcile(&replay, self).await
+    }
+}
+
 /// Phases in which a replay has ended for good (for its queue, at least).
 pub fn ended(phase: Option<ReplayPhase>) -> bool {
     matches!(
@@ -80,6 +104,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         base: ctx,
         queue_locks: KeyedLocks::default(),
         children: ChildMemory::default(),
+        failures: Failures::default(),
     });
     controller
         // Only the Jobs this controller made carry the label: no watch on every Job.
@@ -93,7 +118,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
             move |changed: ReplayJob| waiting_behind(&queue_store, &changed),
         )
         .shutdown_on_signal()
-        .run(reconcile::reconcile, reconcile::error_policy, context)
+        .run(reconciler::reconcile, reconciler::error_policy, context)
         .for_each(|_| futures::future::ready(()))
         .await;
 }

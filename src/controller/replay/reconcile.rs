@@ -7,8 +7,7 @@
 //! are kept in memory until the status shows them.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -17,13 +16,12 @@ use kube::api::{ListParams, Patch, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
-use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::api::readiness;
 use crate::api::replay_job::{ReplayJob, ReplayJobStatus, ReplayPhase};
 use crate::controller::apply::{FIELD_MANAGER, apply_params};
-use crate::controller::error::{Error, KubeContext};
+use crate::controller::error::{ApiCall, During, Error, Verb};
 use crate::core::replay_plan::{
     Action, ApprovalClaim, BatchPlan, CheckOutcome, CheckResult, FrozenList, Need, Pacing,
     QueueState, ReplayFacts, ScopeFacts, StageName, check_approval, check_result, decide, job_name,
@@ -40,7 +38,7 @@ use super::memory::{Child, Created};
 use super::pod_policy;
 use super::scope::{self, Freeze};
 use super::status::{self, StatusInputs};
-use super::{CONTROLLER, ReplayContext, ended};
+use super::{ReplayContext, ended};
 
 /// How often a replay that waits for nothing in particular is looked at anyway.
 const IDLE_RECHECK: Duration = Duration::from_secs(300);
@@ -52,48 +50,6 @@ const QUERY_MAX_AGE: Duration = Duration::from_secs(1);
 const API_TIMEOUT: Duration = Duration::from_secs(15);
 /// The longest a replay waits for its queue's lock before it looks again later.
 const QUEUE_LOCK_WAIT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Error)]
-pub enum ReplayError {
-    #[error(transparent)]
-    Controller(#[from] Error),
-    #[error(
-        "ReplayJob {namespace}/{name} has no uid; only objects read from the API server are reconciled"
-    )]
-    MissingUid { namespace: String, name: String },
-}
-
-impl ReplayError {
-    fn kind(&self) -> &'static str {
-        match self {
-            ReplayError::Controller(error) => error.kind(),
-            ReplayError::MissingUid { .. } => "missing_uid",
-        }
-    }
-}
-
-pub async fn reconcile(
-    replay: Arc<ReplayJob>,
-    ctx: Arc<ReplayContext>,
-) -> Result<Requeue, ReplayError> {
-    let started = Instant::now();
-    let result = reconcile_inner(&replay, &ctx).await;
-    ctx.base
-        .metrics
-        .reconciled(CONTROLLER, started.elapsed().as_secs_f64());
-    result
-}
-
-/// Retries a failed reconcile after a short pause.
-pub fn error_policy(
-    replay: Arc<ReplayJob>,
-    error: &ReplayError,
-    ctx: Arc<ReplayContext>,
-) -> Requeue {
-    warn!(replay = %replay.name_any(), %error, "reconcile failed");
-    ctx.base.metrics.failed(CONTROLLER, error.kind());
-    Requeue::requeue(Duration::from_secs(5))
-}
 
 /// Bounds an API call: a call that hangs fails the reconcile (and is retried) instead of
 /// holding a queue's lock or the replay forever.
@@ -161,13 +117,14 @@ fn pacing(replay: &ReplayJob) -> Pacing {
     }
 }
 
-async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeue, ReplayError> {
+pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeue, Error> {
     let name = replay.name_any();
     let namespace = replay.namespace().ok_or_else(|| Error::MissingNamespace {
         kind: "ReplayJob",
         name: name.clone(),
     })?;
-    let uid = replay.uid().ok_or_else(|| ReplayError::MissingUid {
+    let uid = replay.uid().ok_or_else(|| Error::MissingUid {
+        kind: "ReplayJob",
         namespace: namespace.clone(),
         name: name.clone(),
     })?;
@@ -220,7 +177,7 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
             let found = jobs
                 .get_opt(&job_name)
                 .await
-                .context(|| format!("reading Job {namespace}/{job_name}"))?;
+                .during(|| ApiCall::on::<Job>(Verb::Get, &namespace, &job_name))?;
             observed.push((stage, observe_job(found.as_ref())));
         }
     }
@@ -319,7 +276,8 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
     if let (Some(Action::Start(record)), Ok(frozen)) = (&decision.action, &frozen) {
         let worker = ctx.base.worker_policy.default_account();
         let job = job::build(replay, record, frozen, pacing, worker).ok_or_else(|| {
-            ReplayError::MissingUid {
+            Error::MissingUid {
+                kind: "ReplayJob",
                 namespace: namespace.clone(),
                 name: name.clone(),
             }
@@ -329,7 +287,7 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
             job::dry_run(&jobs, &job),
         )
         .await?
-        .context(|| format!("validating Job {namespace}/{}", record.job))?;
+        .during(|| ApiCall::on::<Job>(Verb::Validate, &namespace, &record.job))?;
         match verdict {
             Verdict::Valid => to_create = Some((record.clone(), job)),
             Verdict::Refused(message) => {
@@ -341,7 +299,7 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
                 let found = jobs
                     .get_opt(&record.job)
                     .await
-                    .context(|| format!("reading Job {namespace}/{}", record.job))?;
+                    .during(|| ApiCall::on::<Job>(Verb::Get, &namespace, &record.job))?;
                 facts.jobs.retain(|(stage, _)| *stage != record.stage.name);
                 facts
                     .jobs
@@ -383,8 +341,9 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
                 return Ok(Requeue::requeue(Duration::from_secs(1)));
             }
             written => {
-                let written = written
-                    .context(|| format!("writing the status of ReplayJob {namespace}/{name}"))?;
+                let written = written.during(|| {
+                    ApiCall::on::<ReplayJob>(Verb::Apply, &namespace, &name).subresource("status")
+                })?;
                 version = written.resource_version();
             }
         }
@@ -410,18 +369,16 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
                 // The API server answered that it did not create it: it may be created again.
                 ctx.children
                     .remember(&uid, Child::Job(stage), Created::Refused);
-                return Err(Error::Kube {
-                    context: format!("creating Job {namespace}/{}", record.job),
-                    source: kube::Error::Api(status),
-                }
-                .into());
+                return Err(Error::api(
+                    ApiCall::on::<Job>(Verb::Create, &namespace, &record.job),
+                    kube::Error::Api(status),
+                ));
             }
             Err(error) => {
-                return Err(Error::Kube {
-                    context: format!("creating Job {namespace}/{}", record.job),
-                    source: error,
-                }
-                .into());
+                return Err(Error::api(
+                    ApiCall::on::<Job>(Verb::Create, &namespace, &record.job),
+                    error,
+                ));
             }
         };
         let job_uid = created.uid().unwrap_or_default();
@@ -462,7 +419,7 @@ async fn reconcile_inner(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requ
     if let Some(Action::Suspend { job, suspend }) = &decision.action {
         job::set_suspend(&jobs, job, *suspend)
             .await
-            .context(|| format!("setting spec.suspend={suspend} on Job {namespace}/{job}"))?;
+            .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, job))?;
         let (reason, note) = if *suspend {
             ("JobSuspended", format!("Job {job} suspended"))
         } else {
@@ -528,9 +485,8 @@ async fn archive(
                     return Ok(());
                 }
                 Err(error) => {
-                    return Err(error).context(|| {
-                        format!("writing the audit trail of ReplayJob {namespace}/{name}")
-                    });
+                    return Err(error)
+                        .during(|| ApiCall::on::<ConfigMap>(Verb::Create, &namespace, &name));
                 }
             };
             let archived = written.name_any();
@@ -565,7 +521,7 @@ async fn queue(ctx: &ReplayContext, replay: &ReplayJob) -> Result<QueueState, Er
             .list(&ListParams::default()),
     )
     .await?
-    .context(what)?;
+    .during(|| ApiCall::list::<ReplayJob>(Some(&namespace)))?;
     let queue = queue_key(replay);
     let members: Vec<_> = all
         .items

@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::api::replay_job::{FrozenScope, ReplayJob};
 use crate::controller::apply::FIELD_MANAGER;
-use crate::controller::error::{Error, KubeContext};
+use crate::controller::error::{ApiCall, During, Error, Verb};
 use crate::core::replay_plan::{ScopeCheck, scope_config_map_name};
 use crate::core::replay_scope::{
     FrozenIds, RecordedScope, ScopeProblem, StoredScope, check_id_list, freeze as freeze_ids,
@@ -102,7 +102,7 @@ pub async fn freeze(
             return Ok(not_yet(not_permitted("read", namespace, &status.message)));
         }
         Err(error) => {
-            return Err(error).context(|| format!("reading ConfigMap {namespace}/{name}"));
+            return Err(error).during(|| ApiCall::on::<ConfigMap>(Verb::Get, namespace, &name));
         }
     };
     if let Some(existing) = existing {
@@ -171,7 +171,7 @@ pub async fn freeze(
                 }
                 Err(error) => {
                     return Err(error)
-                        .context(|| format!("reading ConfigMap {namespace}/{source}"));
+                        .during(|| ApiCall::on::<ConfigMap>(Verb::Get, namespace, source));
                 }
             };
             let Some(found) = found else {
@@ -244,7 +244,7 @@ pub async fn freeze(
             Ok(not_yet(not_permitted("create", namespace, &status.message)))
         }
         Err(error) => {
-            Err(error).context(|| format!("creating the frozen scope ConfigMap {namespace}/{name}"))
+            Err(error).during(|| ApiCall::on::<ConfigMap>(Verb::Create, namespace, &name))
         }
     }
 }
@@ -275,7 +275,7 @@ pub async fn check(
         }
         Err(error) => {
             return Err(error)
-                .context(|| format!("reading ConfigMap {namespace}/{}", recorded.config_map));
+                .during(|| ApiCall::on::<ConfigMap>(Verb::Get, namespace, &recorded.config_map));
         }
     };
     let uid = found.as_ref().and_then(|c| c.uid()).unwrap_or_default();

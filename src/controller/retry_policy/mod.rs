@@ -23,6 +23,8 @@ use crate::api::retry_policy::RetryPolicy;
 
 use super::Scope;
 use super::context::Context;
+use super::error::Error;
+use super::reconciler::{self, Failures, Reconciler};
 
 pub const CONTROLLER: &str = "retrypolicy";
 
@@ -31,6 +33,27 @@ pub struct PolicyContext {
     pub base: Arc<Context>,
     /// Every BacklogBudget in scope.
     pub budgets: Store<BacklogBudget>,
+    failures: Failures,
+}
+
+impl Reconciler for PolicyContext {
+    type Object = RetryPolicy;
+    const NAME: &'static str = CONTROLLER;
+
+    fn context(&self) -> &Context {
+        &self.base
+    }
+
+    fn failures(&self) -> &Failures {
+        &self.failures
+    }
+
+    async fn reconcile(
+        &self,
+        policy: Arc<RetryPolicy>,
+    ) -> Result<kube::runtime::controller::Action, Error> {
+        reconcile::reconcile(&policy, self).await
+    }
 }
 
 /// What a policy's status reads from a budget.
@@ -92,14 +115,18 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         };
         futures::future::ready(changed.then_some(()))
     });
-    let context = Arc::new(PolicyContext { base: ctx, budgets });
+    let context = Arc::new(PolicyContext {
+        base: ctx,
+        budgets,
+        failures: Failures::default(),
+    });
     Controller::new(
         scope.api::<RetryPolicy>(&client),
         watcher::Config::default(),
     )
     .reconcile_all_on(budget_changes)
     .shutdown_on_signal()
-    .run(reconcile::reconcile, reconcile::error_policy, context)
+    .run(reconciler::reconcile, reconciler::error_policy, context)
     .for_each(|_| futures::future::ready(()))
     .await;
 }

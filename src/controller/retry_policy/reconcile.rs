@@ -1,35 +1,24 @@
 //! One RetryPolicy reconcile: read the budgets that use it → decide the status (pure) → write
 //! it when it changed, with an Event per condition that changed.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
-use tracing::warn;
 
 use crate::api::retry_policy::RetryPolicy;
 use crate::controller::apply::apply_status;
-use crate::controller::error::{Error, KubeContext};
+use crate::controller::error::{ApiCall, During, Error, Verb};
 
 use super::status::{DEADLINE_CONFLICT, READY, next_status, transitions};
-use super::{CONTROLLER, PolicyContext, users};
+use super::{PolicyContext, users};
 
 /// Budgets and policies are watched, so this is only a safety net.
 const RESYNC: Duration = Duration::from_secs(600);
 
-pub async fn reconcile(policy: Arc<RetryPolicy>, ctx: Arc<PolicyContext>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&policy, &ctx).await;
-    ctx.base
-        .metrics
-        .reconciled(CONTROLLER, started.elapsed().as_secs_f64());
-    result
-}
-
-async fn reconcile_inner(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Action, Error> {
+pub async fn reconcile(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Action, Error> {
     let name = policy.name_any();
     let namespace = policy.namespace().ok_or_else(|| Error::MissingNamespace {
         kind: "RetryPolicy",
@@ -46,7 +35,7 @@ async fn reconcile_inner(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Ac
     let previous = api
         .get(&name)
         .await
-        .context(|| format!("reading the status of RetryPolicy {namespace}/{name}"))?
+        .during(|| ApiCall::on::<RetryPolicy>(Verb::Get, &namespace, &name))?
         .status
         .unwrap_or_default();
     let users = users(&ctx.budgets.state(), &namespace, &name);
@@ -58,9 +47,9 @@ async fn reconcile_inner(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Ac
         Timestamp::now(),
     );
     if next != previous {
-        apply_status(&api, &name, &next)
-            .await
-            .context(|| format!("writing the status of RetryPolicy {namespace}/{name}"))?;
+        apply_status(&api, &name, &next).await.during(|| {
+            ApiCall::on::<RetryPolicy>(Verb::Apply, &namespace, &name).subresource("status")
+        })?;
         for (type_, status, reason, message) in transitions(&previous, &next) {
             let warning = (type_ == READY && status != "True")
                 || (type_ == DEADLINE_CONFLICT && status == "True");
@@ -79,13 +68,6 @@ async fn reconcile_inner(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Ac
         }
     }
     Ok(Action::requeue(RESYNC))
-}
-
-/// Retries a failed reconcile after a short pause.
-pub fn error_policy(policy: Arc<RetryPolicy>, error: &Error, ctx: Arc<PolicyContext>) -> Action {
-    warn!(policy = %policy.name_any(), %error, "reconcile failed");
-    ctx.base.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(Duration::from_secs(5))
 }
 
 async fn publish(
