@@ -9,6 +9,7 @@ use tracing::warn;
 use crate::metrics_source::MetricsSource;
 use crate::telemetry::Metrics;
 
+use super::plan::PlannedEvent;
 use super::replay::audit::{AuditSink, StdoutAudit};
 use super::replay::pod_policy::WorkerPolicy;
 
@@ -86,5 +87,20 @@ impl Context {
         if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
             warn!(kind = %K::kind(&()), name = %object.name_any(), %error, "could not publish an event");
         }
+    }
+
+    /// Publishes an Event a plan decided on.
+    pub async fn publish_planned<K>(&self, object: &K, event: &PlannedEvent)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish(
+            object,
+            event.type_,
+            &event.reason,
+            &event.action,
+            &event.note,
+        )
+        .await;
     }
 }

@@ -6,6 +6,7 @@ pub mod budget;
 pub mod context;
 pub mod error;
 pub mod leader;
+pub mod plan;
 pub mod reconciler;
 pub mod replay;
 pub mod retry;

@@ -7,6 +7,7 @@
 //! `retryPolicyRef` or `completionDeadline`): budgets rewrite their status every few polls, and
 //! that alone must not re-evaluate every policy.
 
+pub mod decide;
 mod reconcile;
 pub mod status;
 

@@ -1,22 +1,22 @@
-//! One RetryPolicy reconcile: read the budgets that use it → decide the status (pure) → write
-//! it when it changed, with an Event per condition that changed.
+//! One RetryPolicy reconcile: read the status and the budgets that use it → decide (pure,
+//! [`super::decide`]) → apply the plan.
 
-use std::time::Duration;
+use std::future::Future;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::api::retry_policy::RetryPolicy;
 use crate::controller::apply::apply_status;
 use crate::controller::error::{ApiCall, During, Error, Verb};
+use crate::controller::plan::{Effects, execute};
 
-use super::status::{DEADLINE_CONFLICT, READY, next_status, transitions};
+use super::decide::{PolicyStep, decide};
 use super::{PolicyContext, users};
 
-/// Budgets and policies are watched, so this is only a safety net.
-const RESYNC: Duration = Duration::from_secs(600);
+/// How soon to look again when the budgets are not listed yet.
+const BUDGETS_NOT_LISTED: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub async fn reconcile(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Action, Error> {
     let name = policy.name_any();
@@ -26,7 +26,7 @@ pub async fn reconcile(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Acti
     })?;
     // Until the budgets are listed, `usedBy` would be empty and a conflict would seem to clear.
     if ctx.budgets.wait_until_ready().await.is_err() {
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        return Ok(Action::requeue(BUDGETS_NOT_LISTED));
     }
     let api: Api<RetryPolicy> = Api::namespaced(ctx.base.client.clone(), &namespace);
     // The status as the API server has it: the watch cache can lag behind the status written
@@ -39,45 +39,52 @@ pub async fn reconcile(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Acti
         .status
         .unwrap_or_default();
     let users = users(&ctx.budgets.state(), &namespace, &name);
-    let next = next_status(
-        &previous,
+    let plan = decide(
         &policy.spec,
         &users,
+        &previous,
         policy.meta().generation,
         Timestamp::now(),
     );
-    if next != previous {
-        apply_status(&api, &name, &next).await.during(|| {
-            ApiCall::on::<RetryPolicy>(Verb::Apply, &namespace, &name).subresource("status")
-        })?;
-        for (type_, status, reason, message) in transitions(&previous, &next) {
-            let warning = (type_ == READY && status != "True")
-                || (type_ == DEADLINE_CONFLICT && status == "True");
-            publish(
-                ctx,
-                policy,
-                if warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                &reason,
-                message,
-            )
-            .await;
-        }
-    }
-    Ok(Action::requeue(RESYNC))
+    let effects = PolicyEffects {
+        ctx,
+        policy,
+        api: &api,
+        namespace: &namespace,
+    };
+    execute(&plan.steps, &effects).await.into_result()?;
+    Ok(Action::requeue(plan.requeue))
 }
 
-async fn publish(
-    ctx: &PolicyContext,
-    policy: &RetryPolicy,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    ctx.base
-        .publish(policy, type_, reason, "Reconcile", &note)
-        .await;
+struct PolicyEffects<'a> {
+    ctx: &'a PolicyContext,
+    policy: &'a RetryPolicy,
+    api: &'a Api<RetryPolicy>,
+    namespace: &'a str,
+}
+
+impl PolicyEffects<'_> {
+    async fn perform_step(&self, step: &PolicyStep) -> Result<(), Error> {
+        match step {
+            PolicyStep::WriteStatus(status) => {
+                let name = self.policy.name_any();
+                apply_status(self.api, &name, status.as_ref())
+                    .await
+                    .during(|| {
+                        ApiCall::on::<RetryPolicy>(Verb::Apply, self.namespace, &name)
+                            .subresource("status")
+                    })?;
+            }
+            PolicyStep::Publish(event) => {
+                self.ctx.base.publish_planned(self.policy, event).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Effects<PolicyStep> for PolicyEffects<'_> {
+    fn perform(&self, step: &PolicyStep) -> impl Future<Output = Result<(), Error>> + Send {
+        self.perform_step(step)
+    }
 }
