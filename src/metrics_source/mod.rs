@@ -48,6 +48,10 @@ pub struct MetricsSource {
     observer: Option<Arc<dyn QueryObserver>>,
 }
 
+/// Why a query was not asked: nobody named a Prometheus.
+pub const NO_PROMETHEUS: &str =
+    "no Prometheus: set spec.prometheus.address or start the operator with --prometheus-url";
+
 /// Entries older than this are dropped whatever the callers' max age.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 
@@ -107,6 +111,20 @@ impl MetricsSource {
             })
             .await
             .clone()
+    }
+
+    /// Like [`query`](Self::query), with the server the object resolved to; without one the
+    /// query fails with [`NO_PROMETHEUS`].
+    pub async fn query_at(
+        &self,
+        address: Option<&str>,
+        expression: &str,
+        max_age: Duration,
+    ) -> Observation {
+        match address {
+            Some(address) => self.query(address, expression, max_age).await,
+            None => Observation::Failed(NO_PROMETHEUS.to_owned()),
+        }
     }
 
     fn entry(

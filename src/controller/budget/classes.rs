@@ -1,6 +1,7 @@
-//! The event-class breaker's shell: each class's `failureRatio` and `executionRate` queries,
-//! one step of the pure breaker ([`crate::core::class_breaker`]) per class with the memory kept
-//! in `status.eventClasses`, and the outcome as status entries, conditions and Events.
+//! The event-class breaker between the API and the core (pure): one step of
+//! [`crate::core::class_breaker`] per class with the memory kept in `status.eventClasses`, and
+//! the outcome as status entries, conditions and Events. The queries are asked in
+//! [`super::inputs::observe_classes`].
 //!
 //! The status is the breaker's only memory: an operator restart resumes every class where it
 //! was, timers included. The entries are written with the rest of the budget's status, in the
@@ -10,23 +11,15 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
-use kube::runtime::events::EventType;
-use tracing::info;
 
-use crate::api::backlog_budget::{
-    BacklogBudget, BacklogBudgetStatus, ClassState, EventClass, EventClassStatus,
-};
+use crate::api::backlog_budget::{BacklogBudgetStatus, ClassState, EventClass, EventClassStatus};
 use crate::api::conditions::{ConditionSpec, Truth, merge_conditions};
 use crate::consumer::{format_go_duration, parse_go_duration};
-use crate::controller::context::Context;
+use crate::controller::plan::PlannedEvent;
 use crate::core::class_breaker::{
     BreakerSettings, ClassMemory, Reading, Transition, TransitionReason, read, round3, step,
 };
 use crate::core::metric_input::Observation;
-use crate::metrics_source::MetricsSource;
-
-use super::inputs::prometheus_address;
 
 /// True while any class is Paused or Probing.
 pub const CLASSES_PAUSED: &str = "ClassesPaused";
@@ -49,58 +42,6 @@ pub struct ClassOutcome {
     pub transitions: Vec<(String, Transition)>,
     /// `ClassesPaused` and `ClassMetricsAvailable`; empty when the budget has no classes.
     pub conditions: Vec<ConditionSpec>,
-}
-
-/// Queries every class and steps its breaker. `previous` is the status as the API server has
-/// it (the watch cache can lag behind the status this controller just wrote, and stepping
-/// from an older memory would repeat a transition).
-pub async fn evaluate(
-    budget: &BacklogBudget,
-    previous: &BacklogBudgetStatus,
-    ctx: &Context,
-    poll: Duration,
-    now: Timestamp,
-) -> ClassOutcome {
-    let classes = &budget.spec.event_classes;
-    if classes.is_empty() {
-        return ClassOutcome::default();
-    }
-    let address = prometheus_address(budget, ctx.default_prometheus.as_deref());
-    let observations = futures::future::join_all(
-        classes
-            .iter()
-            .map(|class| observe(class, address.as_deref(), &ctx.queries, poll)),
-    )
-    .await;
-    decide(classes, &previous.event_classes, &observations, now)
-}
-
-async fn observe(
-    class: &EventClass,
-    address: Option<&str>,
-    queries: &MetricsSource,
-    poll: Duration,
-) -> ClassObservations {
-    let Some(address) = address else {
-        let missing = Observation::Failed(
-            "no Prometheus: set spec.prometheus.address or start the operator with --prometheus-url"
-                .to_owned(),
-        );
-        return ClassObservations {
-            failure_ratio: missing.clone(),
-            execution_rate: missing,
-        };
-    };
-    // Another budget asking the same within half a poll gets the same evaluation.
-    let max_age = poll / 2;
-    let (failure_ratio, execution_rate) = tokio::join!(
-        queries.query(address, &class.failure_ratio, max_age),
-        queries.query(address, &class.execution_rate, max_age),
-    );
-    ClassObservations {
-        failure_ratio,
-        execution_rate,
-    }
 }
 
 /// The breaker's memory as status keeps it. An unreadable pause length (edited by hand) is
@@ -291,39 +232,32 @@ impl ClassOutcome {
         status
     }
 
-    /// One Event per transition, after the status that records them was written (a failed
-    /// write is retried, and the transition with it, so nothing is announced twice).
-    pub async fn announce(&self, ctx: &Context, budget: &BacklogBudget) {
-        for (class, transition) in &self.transitions {
-            info!(
-                budget = %budget.name_any(),
-                namespace = budget.namespace().unwrap_or_default(),
-                class = %class,
-                from = ?transition.from,
-                to = ?transition.to,
-                failure_ratio = ?transition.failure_ratio,
-                "event class {}", transition.reason.as_str()
-            );
-            let note = format!(
-                "class {class}: {:?} → {:?} ({}): {}",
-                transition.from,
-                transition.to,
-                transition.reason.as_str(),
-                transition.message
-            );
-            // The action names the class and the cause, so two classes pausing, or a pause for
-            // another cause, stay separate Events (see Context::publish).
-            let action = format!("{}/{class}", transition.reason.as_str());
-            // A class the breaker pauses is news someone should look at; the rest is routine.
-            let type_ = match transition.reason {
-                TransitionReason::FailureRatioHigh | TransitionReason::ProbesFailing => {
-                    EventType::Warning
-                }
-                _ => EventType::Normal,
-            };
-            ctx.publish(budget, type_, event_reason(transition.to), &action, &note)
-                .await;
-        }
+    /// One Event per transition. They follow the status write that records the transitions
+    /// (a failed write is retried, and the transition with it, so nothing is announced twice)
+    /// and come before the control document write, so a failed document write loses none.
+    pub fn events(&self) -> Vec<PlannedEvent> {
+        self.transitions
+            .iter()
+            .map(|(class, transition)| {
+                let note = format!(
+                    "class {class}: {:?} → {:?} ({}): {}",
+                    transition.from,
+                    transition.to,
+                    transition.reason.as_str(),
+                    transition.message
+                );
+                // The action names the class and the cause, so two classes pausing, or a pause
+                // for another cause, stay separate Events (see Context::publish).
+                let action = format!("{}/{class}", transition.reason.as_str());
+                // A class the breaker pauses is news someone should look at; the rest is
+                // routine.
+                let warning = matches!(
+                    transition.reason,
+                    TransitionReason::FailureRatioHigh | TransitionReason::ProbesFailing
+                );
+                PlannedEvent::new(warning, event_reason(transition.to), action, note)
+            })
+            .collect()
     }
 }
 

@@ -12,17 +12,17 @@
 //! last published (fail static: consumers keep retrying the way they did) and the condition
 //! says why.
 //!
-//! Building the document is pure ([`build`]); [`prepare`] reads what it needs and
-//! [`Prepared::publish`] writes with server-side apply under the operator's field manager.
+//! Deciding is pure ([`prepare`], [`build`]) on what the reconcile read (the RetryPolicy and
+//! the ConfigMap); the plan applies the ConfigMap with server-side apply under the operator's
+//! field manager, after the status that records its revision.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ObjectMeta, Patch};
-use kube::{Api, Resource, ResourceExt};
-use tracing::info;
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
 
 use crate::api::backlog_budget::{
     BacklogBudget, BacklogBudgetStatus, ClassState, EventClassStatus,
@@ -33,9 +33,7 @@ use crate::consumer::{
     BudgetReference, CONTROL_API_VERSION, CONTROL_DOCUMENT_CONFIGMAP_KEY, ControlDocument,
     EffectivePolicy, EventClassControl, PublishedRetryPolicy,
 };
-use crate::controller::apply::{FIELD_MANAGER, apply_params};
-use crate::controller::context::Context;
-use crate::controller::error::{ApiCall, During, Error, Verb, is_not_found};
+use crate::controller::apply::FIELD_MANAGER;
 
 /// True when the ConfigMap holds the document for the current spec and class states.
 pub const CONTROL_DOCUMENT_PUBLISHED: &str = "ControlDocumentPublished";
@@ -174,21 +172,19 @@ pub fn configmap(
 }
 
 /// What one reconcile will publish, decided before the status is written.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Prepared {
     name: String,
-    namespace: String,
     /// The ConfigMap to apply, when the document changed.
-    write: Option<ConfigMap>,
+    pub write: Option<ConfigMap>,
     revision: Option<u64>,
     condition: ConditionSpec,
 }
 
 impl Prepared {
-    fn held(name: String, namespace: String, condition: ConditionSpec) -> Self {
+    fn held(name: String, condition: ConditionSpec) -> Self {
         Self {
             name,
-            namespace,
             write: None,
             revision: None,
             condition,
@@ -214,54 +210,66 @@ impl Prepared {
         );
         status
     }
+}
 
-    /// Writes the ConfigMap if the document changed. Called after the status is written, so
-    /// the document never shows a class state the breaker's memory does not have.
-    pub async fn publish(&self, ctx: &Context) -> Result<(), Error> {
-        let Some(configmap) = &self.write else {
-            return Ok(());
-        };
-        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &self.namespace);
-        api.patch(&self.name, &apply_params(), &Patch::Apply(configmap))
-            .await
-            .during(|| ApiCall::on::<ConfigMap>(Verb::Apply, &self.namespace, &self.name))?;
-        info!(configmap = %self.name, namespace = %self.namespace, revision = ?self.revision, "control document published");
-        Ok(())
+/// What `spec.retryPolicyRef` names, as read: `Err` when it could not be read.
+pub type PolicyFact = Result<PolicySource, kube::Error>;
+
+/// The budget's ConfigMap as read.
+#[derive(Debug)]
+pub enum ConfigMapFact {
+    /// No ConfigMap of that name.
+    Absent,
+    /// The ConfigMap: whether this budget owns it, and its document if it holds a valid one.
+    Present {
+        owned: bool,
+        document: Option<Box<ControlDocument>>,
+    },
+    /// It could not be read.
+    Unreadable(kube::Error),
+}
+
+impl ConfigMapFact {
+    /// The fact of a ConfigMap read for the budget with `uid`.
+    pub fn of(configmap: Option<&ConfigMap>, uid: Option<&str>) -> ConfigMapFact {
+        match configmap {
+            None => ConfigMapFact::Absent,
+            Some(configmap) => ConfigMapFact::Present {
+                owned: uid.is_some_and(|uid| owned_by(configmap, uid)),
+                document: document_of(configmap).map(Box::new),
+            },
+        }
     }
 }
 
-/// Resolves `spec.retryPolicyRef`.
-async fn resolve_policy(
-    ctx: &Context,
-    budget: &BacklogBudget,
+/// What `reference` resolves to, given the RetryPolicy it names (if any) (pure).
+pub fn resolve_policy(
+    reference: Option<&str>,
+    policy: Option<&RetryPolicy>,
     namespace: &str,
-) -> Result<PolicySource, kube::Error> {
-    let Some(reference) = &budget.spec.retry_policy_ref else {
-        return Ok(PolicySource::Unset);
+) -> PolicySource {
+    let Some(reference) = reference else {
+        return PolicySource::Unset;
     };
-    let api: Api<RetryPolicy> = Api::namespaced(ctx.client.clone(), namespace);
-    let Some(policy) = api.get_opt(&reference.name).await? else {
-        return Ok(PolicySource::Unusable {
+    let Some(policy) = policy else {
+        return PolicySource::Unusable {
             reason: "RetryPolicyNotFound",
             message: format!(
-                "spec.retryPolicyRef.name {:?} names no RetryPolicy in namespace {namespace}; create it or fix the reference",
-                reference.name
+                "spec.retryPolicyRef.name {reference:?} names no RetryPolicy in namespace {namespace}; create it or fix the reference"
             ),
-        });
+        };
     };
-    Ok(match EffectivePolicy::from_spec(&(&policy.spec).into()) {
-        Ok(effective) => PolicySource::Resolved(PublishedRetryPolicy::new(
-            reference.name.clone(),
-            &effective,
-        )),
+    match EffectivePolicy::from_spec(&(&policy.spec).into()) {
+        Ok(effective) => {
+            PolicySource::Resolved(PublishedRetryPolicy::new(reference.to_owned(), &effective))
+        }
         Err(problem) => PolicySource::Unusable {
             reason: "RetryPolicyInvalid",
             message: format!(
-                "RetryPolicy {} (spec.retryPolicyRef) is unusable: {problem}",
-                reference.name
+                "RetryPolicy {reference} (spec.retryPolicyRef) is unusable: {problem}"
             ),
         },
-    })
+    }
 }
 
 fn owned_by(configmap: &ConfigMap, uid: &str) -> bool {
@@ -273,20 +281,21 @@ fn owned_by(configmap: &ConfigMap, uid: &str) -> bool {
         .any(|owner| owner.uid == uid)
 }
 
-/// Reads the policy and the current document and decides what to publish. Never fails: a
-/// read error leaves the document as it is for this poll and says so in the condition.
-pub async fn prepare(
-    ctx: &Context,
+/// Decides what to publish for `status` (pure). A read that failed leaves the document as it
+/// is for this poll and says so in the condition.
+pub fn prepare(
     budget: &BacklogBudget,
+    policy: &PolicyFact,
+    existing: &ConfigMapFact,
     status: &BacklogBudgetStatus,
     now: Timestamp,
 ) -> Prepared {
     let budget_name = budget.name_any();
     let name = configmap_name(&budget_name);
     let namespace = budget.namespace().unwrap_or_default();
-    let unreadable = |what: &str, error: kube::Error| {
+    let unreadable = |what: &str, error: &kube::Error| {
         // Cluster-wide, the operator writes ConfigMaps only where a namespace admin granted it.
-        let grant = match &error {
+        let grant = match error {
             kube::Error::Api(status) if status.code == 403 => {
                 " (a namespace admin grants it by binding the operator's <release>-namespace ClusterRole to its ServiceAccount here; see the README's Security section)"
             }
@@ -299,34 +308,31 @@ pub async fn prepare(
             format!("could not read {what}: {error}{grant}; retrying at the next poll"),
         )
     };
-    let policy = match resolve_policy(ctx, budget, &namespace).await {
+    let policy = match policy {
         Ok(policy) => policy,
         Err(error) => {
             let condition = unreadable("the RetryPolicy", error);
-            return Prepared::held(name, namespace, condition);
+            return Prepared::held(name, condition);
         }
     };
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
-    let existing = match api.get_opt(&name).await {
-        Ok(existing) => existing,
-        Err(error) if is_not_found(&error) => None,
-        Err(error) => {
+    let (owned, previous) = match existing {
+        ConfigMapFact::Absent => (true, None),
+        ConfigMapFact::Present { owned, document } => (*owned, document.as_deref()),
+        ConfigMapFact::Unreadable(error) => {
             let condition = unreadable(&format!("ConfigMap {name}"), error);
-            return Prepared::held(name, namespace, condition);
+            return Prepared::held(name, condition);
         }
     };
-    let (Some(owner), Some(uid)) = (budget.controller_owner_ref(&()), budget.uid()) else {
+    let (Some(owner), Some(_)) = (budget.controller_owner_ref(&()), budget.uid()) else {
         let condition = ConditionSpec::new(
             CONTROL_DOCUMENT_PUBLISHED,
             Truth::Unknown,
             "NoUid",
             "the BacklogBudget has no uid yet; retrying at the next poll",
         );
-        return Prepared::held(name, namespace, condition);
+        return Prepared::held(name, condition);
     };
-    if let Some(existing) = &existing
-        && !owned_by(existing, &uid)
-    {
+    if !owned {
         let condition = ConditionSpec::new(
             CONTROL_DOCUMENT_PUBLISHED,
             Truth::False,
@@ -335,17 +341,16 @@ pub async fn prepare(
                 "ConfigMap {name} exists and is not owned by this BacklogBudget; delete or rename it so the operator can publish the control document there"
             ),
         );
-        return Prepared::held(name, namespace, condition);
+        return Prepared::held(name, condition);
     }
-    let previous = existing.as_ref().and_then(document_of);
     let built = build(
         BudgetReference {
             namespace: namespace.clone(),
             name: budget_name.clone(),
         },
-        &policy,
+        policy,
         &status.event_classes,
-        previous.as_ref(),
+        previous,
         status.control_document_revision,
         now,
     );
@@ -358,17 +363,16 @@ pub async fn prepare(
                 "InvalidDocument",
                 format!("the control document would not validate: {problem}"),
             );
-            return Prepared::held(name, namespace, condition);
+            return Prepared::held(name, condition);
         }
     };
-    let condition = published_condition(&name, &built.document, &policy);
+    let condition = published_condition(&name, &built.document, policy);
     Prepared {
         write: built
             .write
             .then(|| configmap(&name, &namespace, owner, &budget_name, json)),
         revision: Some(built.document.revision),
         name,
-        namespace,
         condition,
     }
 }

@@ -1,4 +1,5 @@
-//! One poll's queries for a budget, evaluated concurrently through the shared query cache.
+//! One poll's queries for a budget, evaluated concurrently through the shared query cache, and
+//! the scaling inputs made of them (pure).
 
 use std::time::Duration;
 
@@ -8,9 +9,11 @@ use crate::core::metric_input::Observation;
 use crate::core::scaling::ScalingInputs;
 use crate::metrics_source::MetricsSource;
 
+use super::classes::ClassObservations;
 use super::target::Workload;
 
-/// The Prometheus a budget reads from, or why there is none.
+/// The Prometheus a budget reads from, or `None` when neither the budget nor the operator
+/// names one.
 pub fn prometheus_address(budget: &BacklogBudget, default: Option<&str>) -> Option<String> {
     budget
         .spec
@@ -20,43 +23,49 @@ pub fn prometheus_address(budget: &BacklogBudget, default: Option<&str>) -> Opti
         .or_else(|| default.map(str::to_owned))
 }
 
-/// Evaluates the budget's queries. Missing queries stay `None`; without a Prometheus every
-/// query fails with the reason. `classes` are this poll's class states (the breaker has just
-/// stepped), so a class paused now is out of this decision's input.
-pub async fn gather(
+/// What the scaling queries returned. Queries the spec does not configure stay `None`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricObservations {
+    pub backlog: Observation,
+    pub oldest_age: Option<Observation>,
+    pub produce_rate: Option<Observation>,
+    pub completion_rate: Option<Observation>,
+    pub retry_rate: Option<Observation>,
+    pub quarantine_rate: Option<Observation>,
+    pub partitions: Option<Observation>,
+    /// The `backlog` query of every class that has one, in spec order. Only the classes held
+    /// after this poll's breaker step are taken out of the scaling input; the others are
+    /// asked anyway so that one gathering serves whatever the step decides.
+    pub class_backlogs: Vec<(String, Observation)>,
+}
+
+/// Evaluates the budget's scaling queries; without a Prometheus each fails with the reason.
+pub async fn observe_metrics(
     budget: &BacklogBudget,
-    classes: &[EventClassStatus],
     address: Option<&str>,
     queries: &MetricsSource,
-    workload: Workload,
     poll: Duration,
-) -> ScalingInputs {
+) -> MetricObservations {
     let metrics = &budget.spec.metrics;
     // Another budget asking the same within half a poll gets the same evaluation.
     let max_age = poll / 2;
     let ask = |expression: Option<String>| async move {
-        match (expression, address) {
-            (None, _) => None,
-            (Some(_), None) => Some(Observation::Failed(
-                "no Prometheus: set spec.prometheus.address or start the operator with --prometheus-url"
-                    .to_owned(),
-            )),
-            (Some(expression), Some(address)) => {
-                Some(queries.query(address, &expression, max_age).await)
-            }
+        match expression {
+            None => None,
+            Some(expression) => Some(queries.query_at(address, &expression, max_age).await),
         }
     };
-    let paused: Vec<(String, String)> = budget
+    let class_queries: Vec<(String, String)> = budget
         .spec
         .event_classes
         .iter()
-        .filter(|class| {
-            classes
-                .iter()
-                .any(|s| s.name == class.name && holds_backlog(s.state))
-        })
         .filter_map(|class| Some((class.name.clone(), class.backlog.clone()?)))
         .collect();
+    let class_backlogs = futures::future::join_all(class_queries.into_iter().map(
+        |(class, expression)| async move {
+            (class, queries.query_at(address, &expression, max_age).await)
+        },
+    ));
     let (
         backlog,
         oldest_age,
@@ -65,6 +74,7 @@ pub async fn gather(
         retry_rate,
         quarantine_rate,
         partitions,
+        class_backlogs,
     ) = tokio::join!(
         ask(Some(metrics.backlog.clone())),
         ask(metrics.oldest_unfinished_age.clone()),
@@ -73,14 +83,9 @@ pub async fn gather(
         ask(metrics.retry_rate.clone()),
         ask(metrics.quarantine_rate.clone()),
         ask(metrics.partitions.clone()),
+        class_backlogs,
     );
-    let mut paused_class_backlogs = Vec::with_capacity(paused.len());
-    for (class, expression) in paused {
-        if let Some(observation) = ask(Some(expression)).await {
-            paused_class_backlogs.push((class, observation));
-        }
-    }
-    ScalingInputs {
+    MetricObservations {
         backlog: backlog.unwrap_or_else(|| Observation::Samples(vec![])),
         oldest_age,
         produce_rate,
@@ -88,9 +93,137 @@ pub async fn gather(
         retry_rate,
         quarantine_rate,
         partitions,
-        paused_class_backlogs,
+        class_backlogs,
+    }
+}
+
+/// Evaluates each class's `failureRatio` and `executionRate`, in spec order.
+pub async fn observe_classes(
+    budget: &BacklogBudget,
+    address: Option<&str>,
+    queries: &MetricsSource,
+    poll: Duration,
+) -> Vec<ClassObservations> {
+    // Another budget asking the same within half a poll gets the same evaluation.
+    let max_age = poll / 2;
+    futures::future::join_all(budget.spec.event_classes.iter().map(|class| async move {
+        let (failure_ratio, execution_rate) = tokio::join!(
+            queries.query_at(address, &class.failure_ratio, max_age),
+            queries.query_at(address, &class.execution_rate, max_age),
+        );
+        ClassObservations {
+            failure_ratio,
+            execution_rate,
+        }
+    }))
+    .await
+}
+
+/// The scaling inputs of one poll (pure). `classes` are this poll's class states (the breaker
+/// has just stepped), so a class paused now is out of this decision's input.
+pub fn scaling_inputs(
+    observed: &MetricObservations,
+    classes: &[EventClassStatus],
+    workload: Workload,
+) -> ScalingInputs {
+    let held = |name: &str| {
+        classes
+            .iter()
+            .any(|status| status.name == name && holds_backlog(status.state))
+    };
+    ScalingInputs {
+        backlog: observed.backlog.clone(),
+        oldest_age: observed.oldest_age.clone(),
+        produce_rate: observed.produce_rate.clone(),
+        completion_rate: observed.completion_rate.clone(),
+        retry_rate: observed.retry_rate.clone(),
+        quarantine_rate: observed.quarantine_rate.clone(),
+        partitions: observed.partitions.clone(),
+        paused_class_backlogs: observed
+            .class_backlogs
+            .iter()
+            .filter(|(class, _)| held(class))
+            .cloned()
+            .collect(),
         current_replicas: workload.replicas,
         ready_replicas: workload.ready,
         conflict: None,
+    }
+}
+
+/// The inputs when another autoscaler owns the target: no queries, no scaling.
+pub fn conflict_inputs(owner: &str, workload: Workload) -> ScalingInputs {
+    ScalingInputs {
+        backlog: Observation::Samples(vec![]),
+        oldest_age: None,
+        produce_rate: None,
+        completion_rate: None,
+        retry_rate: None,
+        quarantine_rate: None,
+        partitions: None,
+        paused_class_backlogs: vec![],
+        current_replicas: workload.replicas,
+        ready_replicas: workload.ready,
+        conflict: Some(owner.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::backlog_budget::ClassState;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn class(name: &str, state: ClassState) -> EventClassStatus {
+        EventClassStatus {
+            name: name.into(),
+            state,
+            since: Time(Timestamp::UNIX_EPOCH),
+            failure_ratio: None,
+            transition_ratio: None,
+            condition_since: None,
+            open_duration: None,
+            probe_ratio: None,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_held_classes_leave_the_scaling_backlog() {
+        let v = |x: f64| Observation::Samples(vec![x]);
+        let observed = MetricObservations {
+            backlog: v(100.0),
+            oldest_age: None,
+            produce_rate: Some(v(5.0)),
+            completion_rate: None,
+            retry_rate: None,
+            quarantine_rate: None,
+            partitions: None,
+            class_backlogs: vec![
+                ("refund".into(), v(40.0)),
+                ("order".into(), v(10.0)),
+                ("probe".into(), v(5.0)),
+            ],
+        };
+        let inputs = scaling_inputs(
+            &observed,
+            &[
+                class("refund", ClassState::Paused),
+                class("order", ClassState::Active),
+                class("probe", ClassState::Probing),
+            ],
+            Workload {
+                replicas: 3,
+                ready: Some(2),
+            },
+        );
+        assert_eq!(
+            inputs.paused_class_backlogs,
+            vec![("refund".into(), v(40.0)), ("probe".into(), v(5.0))]
+        );
+        assert_eq!(inputs.current_replicas, 3);
+        assert_eq!(inputs.ready_replicas, Some(2));
+        assert_eq!(inputs.conflict, None);
     }
 }

@@ -1,12 +1,15 @@
 //! The BacklogBudget controller: scales a workload to meet its deadline.
 
+mod apply;
 pub mod classes;
 mod conflict;
 pub mod control_document;
-mod inputs;
+pub mod decide;
+pub mod facts;
+pub mod inputs;
 mod reconcile;
 pub mod status;
-mod target;
+pub mod target;
 
 use std::sync::Arc;
 

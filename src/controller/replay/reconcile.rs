@@ -27,6 +27,7 @@ use crate::core::replay_plan::{
     QueueState, ReplayFacts, ScopeFacts, StageName, check_approval, check_result, decide, job_name,
     queue_state, remembered_stages,
 };
+use crate::metrics_source::NO_PROMETHEUS;
 
 use super::audit::{self, Subject};
 use super::facts::{
@@ -550,10 +551,7 @@ async fn verify(ctx: &ReplayContext, replay: &ReplayJob) -> Vec<CheckOutcome> {
                         .query(&address, &check.query, QUERY_MAX_AGE)
                         .await,
                 ),
-                None => CheckResult::Unknown(
-                    "no Prometheus: set spec.prometheus.address or start the operator with --prometheus-url"
-                        .to_owned(),
-                ),
+                None => CheckResult::Unknown(NO_PROMETHEUS.to_owned()),
             };
             CheckOutcome {
                 name: check.name.clone(),

@@ -1,0 +1,404 @@
+//! The budget plan: what one poll decides, in which order, and what survives a failed step.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
+
+use super::*;
+use crate::api::backlog_budget::ClassState;
+use crate::api::conditions::find;
+use crate::controller::budget::classes::ClassObservations;
+use crate::controller::budget::control_document::{ConfigMapFact, PolicySource};
+use crate::controller::budget::facts::Observed;
+use crate::controller::budget::inputs::MetricObservations;
+use crate::controller::budget::target::{TargetProblem, Workload};
+use crate::controller::plan::execute;
+use crate::controller::plan::testing::Recorder;
+use crate::core::metric_input::Observation;
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(seconds).unwrap()
+}
+
+/// 12 partitions of 100 events/s per replica; one event class that can be paused.
+fn budget() -> BacklogBudget {
+    let mut budget: BacklogBudget = serde_json::from_value(serde_json::json!({
+        "apiVersion": "backlog.dev/v1alpha1",
+        "kind": "BacklogBudget",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1", "generation": 2},
+        "spec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": "orders"},
+            "minReplicas": 1,
+            "maxReplicas": 12,
+            "completionDeadline": "10m",
+            "metrics": {"backlog": "lag", "oldestUnfinishedAge": "age", "produceRate": "rate"},
+            "partitionCount": 12,
+            "capacity": {"perReplicaRate": 100.0, "reservedRetryShare": 0.0},
+            "pollInterval": "1s",
+            "eventClasses": [{
+                "name": "refund",
+                "failureRatio": "ratio",
+                "executionRate": "executions",
+                "pausePolicy": {"for": "2s", "openDuration": "3s", "maxOpenDuration": "10s"}
+            }]
+        }
+    }))
+    .unwrap();
+    budget.metadata.creation_timestamp = Some(Time(at(0)));
+    budget
+}
+
+fn value(x: f64) -> Observation {
+    Observation::Samples(vec![x])
+}
+
+/// `backlog` events waiting, `rate` arriving per second, the refund class failing at `ratio`.
+fn facts(backlog: f64, rate: f64, replicas: u32, ratio: f64) -> BudgetFacts {
+    BudgetFacts::Observed(Box::new(Observed {
+        workload: Workload {
+            replicas,
+            ready: Some(replicas),
+        },
+        scaling: ScalingFacts::Observed(Box::new(MetricObservations {
+            backlog: value(backlog),
+            oldest_age: Some(value(10.0)),
+            produce_rate: Some(value(rate)),
+            completion_rate: None,
+            retry_rate: None,
+            quarantine_rate: None,
+            partitions: None,
+            class_backlogs: vec![],
+        })),
+        classes: vec![ClassObservations {
+            failure_ratio: value(ratio),
+            execution_rate: value(10.0),
+        }],
+        policy: Ok(PolicySource::Unset),
+        configmap: ConfigMapFact::Absent,
+    }))
+}
+
+/// The step kinds of a plan, in order.
+fn shape(plan: &BudgetPlan) -> Vec<String> {
+    plan.steps
+        .iter()
+        .map(|step| match step {
+            BudgetStep::Scale(change) => format!("Scale {}→{}", change.from, change.to),
+            BudgetStep::WriteStatus(_) => "WriteStatus".to_owned(),
+            BudgetStep::Publish(event) => format!("Event {}", event.reason),
+            BudgetStep::WriteDocument(_) => "WriteDocument".to_owned(),
+        })
+        .collect()
+}
+
+/// What the API server holds between polls: the status and the control ConfigMap.
+#[derive(Default)]
+struct World {
+    status: BacklogBudgetStatus,
+    configmap: Option<k8s_openapi::api::core::v1::ConfigMap>,
+}
+
+impl World {
+    /// The facts of `observed` with the ConfigMap as the poll would read it.
+    fn facts(&self, observed: BudgetFacts) -> BudgetFacts {
+        let mut facts = observed;
+        if let BudgetFacts::Observed(observed) = &mut facts {
+            observed.configmap = ConfigMapFact::of(self.configmap.as_ref(), Some("u-1"));
+        }
+        facts
+    }
+
+    /// One poll at `t` whose every step succeeds.
+    fn poll(&mut self, budget: &BacklogBudget, observed: BudgetFacts, t: i64) -> BudgetPlan {
+        let plan = decide(
+            &BudgetSettings::of(budget),
+            &self.facts(observed),
+            &self.status,
+            at(t),
+        );
+        for step in &plan.steps {
+            match step {
+                BudgetStep::WriteStatus(status) => self.status = status.as_ref().clone(),
+                BudgetStep::WriteDocument(configmap) => {
+                    self.configmap = Some(configmap.as_ref().clone());
+                }
+                _ => {}
+            }
+        }
+        plan
+    }
+
+    /// Polls once a second from `from` to `to`.
+    fn settle(
+        &mut self,
+        budget: &BacklogBudget,
+        observed: impl Fn() -> BudgetFacts,
+        from: i64,
+        to: i64,
+    ) {
+        for t in from..=to {
+            self.poll(budget, observed(), t);
+        }
+    }
+}
+
+#[test]
+fn a_first_poll_scales_then_records_then_announces_then_publishes_the_document() {
+    let budget = budget();
+    // 1000/s needs 10 replicas of 100/s, which own 2 of the 12 partitions each, as 6 do; 2
+    // run.
+    let plan = decide(
+        &BudgetSettings::of(&budget),
+        &facts(0.0, 1000.0, 2, 0.0),
+        &BacklogBudgetStatus::default(),
+        at(100),
+    );
+    assert_eq!(
+        shape(&plan),
+        [
+            "Scale 2→6",
+            "Event ScaledUp",
+            "WriteStatus",
+            "Event Healthy",
+            "WriteDocument"
+        ]
+    );
+    let last = plan
+        .status
+        .last_scale
+        .as_ref()
+        .expect("the scale is recorded");
+    assert_eq!((last.from, last.to), (2, 6));
+    assert_eq!(plan.status.observed_generation, Some(2));
+    assert_eq!(plan.status.control_document_revision, Some(1));
+    assert_eq!(plan.requeue, Duration::from_secs(1));
+    let ready = find(&plan.status.conditions, readiness::READY).unwrap();
+    assert_eq!(ready.status, "True");
+}
+
+#[test]
+fn nothing_new_is_no_step() {
+    let budget = budget();
+    let mut world = World::default();
+    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.0), 0, 3);
+    let plan = world.poll(&budget, facts(0.0, 1000.0, 6, 0.0), 4);
+    assert_eq!(shape(&plan), Vec::<String>::new());
+}
+
+#[test]
+fn a_class_pausing_is_recorded_announced_and_published_in_that_order() {
+    let budget = budget();
+    let mut world = World::default();
+    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.0), 0, 3);
+    // The class fails from t=4 on; `for` is 2s, so it pauses at t=6.
+    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.9), 4, 5);
+    let plan = world.poll(&budget, facts(0.0, 1000.0, 6, 0.9), 6);
+    assert_eq!(
+        shape(&plan),
+        ["WriteStatus", "Event ClassPaused", "WriteDocument"]
+    );
+    assert_eq!(plan.status.event_classes[0].state, ClassState::Paused);
+    let BudgetStep::WriteDocument(configmap) = &plan.steps[2] else {
+        panic!("the document is last");
+    };
+    let document = control_document::document_of(configmap).expect("a valid document");
+    assert_eq!(
+        document.event_class("refund").map(|c| c.state),
+        Some(ClassState::Paused)
+    );
+    let BudgetStep::Publish(event) = &plan.steps[1] else {
+        panic!("the Event follows the status");
+    };
+    assert_eq!(event.type_, EventType::Warning);
+    assert_eq!(event.action, "FailureRatioHigh/refund");
+}
+
+/// Runs `plan` with the steps at `fail` failing; the kinds of the steps that ran.
+fn run_failing(plan: &BudgetPlan, fail: &[usize]) -> (Vec<String>, bool) {
+    let recorder = Recorder::failing(fail.iter().copied());
+    let executed = futures::executor::block_on(execute(&plan.steps, &recorder));
+    let ran = BudgetPlan {
+        steps: recorder.performed(),
+        ..plan.clone()
+    };
+    (shape(&ran), executed.into_result().is_err())
+}
+
+#[test]
+fn a_failed_scale_writes_and_announces_nothing() {
+    let budget = budget();
+    let plan = decide(
+        &BudgetSettings::of(&budget),
+        &facts(0.0, 1000.0, 2, 0.0),
+        &BacklogBudgetStatus::default(),
+        at(100),
+    );
+    assert_eq!(run_failing(&plan, &[0]), (vec![], true));
+}
+
+#[test]
+fn a_failed_status_write_announces_nothing_and_publishes_no_document() {
+    let budget = budget();
+    let plan = decide(
+        &BudgetSettings::of(&budget),
+        &facts(0.0, 1000.0, 2, 0.0),
+        &BacklogBudgetStatus::default(),
+        at(100),
+    );
+    // The scale and its Event happened; nothing that describes the unwritten status did.
+    assert_eq!(
+        run_failing(&plan, &[2]),
+        (
+            vec!["Scale 2→6".to_owned(), "Event ScaledUp".to_owned()],
+            true
+        )
+    );
+}
+
+#[test]
+fn a_failed_document_write_loses_no_class_event() {
+    let budget = budget();
+    let settings = BudgetSettings::of(&budget);
+    let mut world = World::default();
+    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.0), 0, 3);
+    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.9), 4, 5);
+    let plan = decide(
+        &settings,
+        &world.facts(facts(0.0, 1000.0, 6, 0.9)),
+        &world.status,
+        at(6),
+    );
+    let (ran, failed) = run_failing(&plan, &[2]);
+    assert_eq!(ran, ["WriteStatus", "Event ClassPaused"]);
+    assert!(
+        failed,
+        "the reconcile fails, so the document is written at the retry"
+    );
+    // The retry, from the written status and the old document: the document again, no second
+    // Event.
+    world.status = plan.status.clone();
+    let retry = shape(&world.poll(&budget, facts(0.0, 1000.0, 6, 0.9), 7));
+    assert_eq!(retry.last().map(String::as_str), Some("WriteDocument"));
+    assert!(
+        !retry.iter().any(|step| step.starts_with("Event")),
+        "{retry:?}"
+    );
+}
+
+#[test]
+fn an_unusable_spec_or_target_only_says_why() {
+    let mut broken = budget();
+    broken.spec.completion_deadline = "soon".into();
+    let plan = decide(
+        &BudgetSettings::of(&broken),
+        &BudgetFacts::Unread,
+        &BacklogBudgetStatus::default(),
+        at(0),
+    );
+    assert_eq!(shape(&plan), ["WriteStatus", "Event Invalid"]);
+    let condition = find(&plan.status.conditions, SCALING_ACTIVE).unwrap();
+    assert_eq!(condition.reason, "InvalidSpec");
+    assert_eq!(plan.requeue, INVALID_RETRY);
+
+    let budget = budget();
+    let missing = BudgetFacts::TargetUnusable(TargetProblem::NotFound {
+        kind: "Deployment".into(),
+        name: "orders".into(),
+    });
+    let plan = decide(
+        &BudgetSettings::of(&budget),
+        &missing,
+        &BacklogBudgetStatus::default(),
+        at(0),
+    );
+    assert_eq!(shape(&plan), ["WriteStatus", "Event Invalid"]);
+    let condition = find(&plan.status.conditions, SCALING_ACTIVE).unwrap();
+    assert_eq!(condition.reason, "TargetUnavailable");
+    assert!(
+        condition
+            .message
+            .contains("Deployment orders does not exist")
+    );
+    let stalled = find(&plan.status.conditions, readiness::STALLED).unwrap();
+    assert_eq!(stalled.status, "True");
+}
+
+#[test]
+fn another_autoscaler_is_a_conflict_and_nothing_is_scaled() {
+    let budget = budget();
+    let BudgetFacts::Observed(mut observed) = facts(0.0, 1000.0, 2, 0.0) else {
+        unreachable!()
+    };
+    observed.scaling = ScalingFacts::OwnedElsewhere("HorizontalPodAutoscaler keda".into());
+    let plan = decide(
+        &BudgetSettings::of(&budget),
+        &BudgetFacts::Observed(observed),
+        &BacklogBudgetStatus::default(),
+        at(0),
+    );
+    assert!(!shape(&plan).iter().any(|step| step.starts_with("Scale")));
+    assert_eq!(plan.status.phase, Some(BudgetPhase::Conflict));
+}
+
+/// Where a step may stand in a plan: the scale and its Event, then the status, then the Events
+/// that describe the status, then the control document.
+fn rank(step: &BudgetStep) -> u8 {
+    match step {
+        BudgetStep::Scale(_) => 0,
+        BudgetStep::Publish(event) if event.reason.starts_with("Scaled") => 1,
+        BudgetStep::WriteStatus(_) => 2,
+        BudgetStep::Publish(_) => 3,
+        BudgetStep::WriteDocument(_) => 4,
+    }
+}
+
+proptest::proptest! {
+    /// Whatever the numbers and however far the class has gone, the steps come in that order;
+    /// and whichever step fails, no Event describing the status runs without the status written,
+    /// and nothing runs after a failed scale.
+    #[test]
+    fn steps_keep_their_order_and_no_event_outlives_a_failed_write(
+        backlog in 0.0f64..100_000.0,
+        rate in 0.0f64..5_000.0,
+        replicas in 1u32..12,
+        failing_from in 0i64..8,
+        polls in 0i64..12,
+        fail in 0usize..6,
+    ) {
+        let budget = budget();
+        let mut world = World::default();
+        let observed = |t: i64| {
+            let ratio = if t >= failing_from { 0.9 } else { 0.0 };
+            facts(backlog, rate, replicas, ratio)
+        };
+        for t in 0..polls {
+            world.poll(&budget, observed(t), t);
+        }
+        let plan = decide(
+            &BudgetSettings::of(&budget),
+            &world.facts(observed(polls)),
+            &world.status,
+            at(polls),
+        );
+        let ranks: Vec<u8> = plan.steps.iter().map(rank).collect();
+        proptest::prop_assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{:?}", shape(&plan));
+        proptest::prop_assert!(ranks.iter().filter(|r| **r == 0).count() <= 1);
+
+        let recorder = Recorder::failing([fail]);
+        let executed = futures::executor::block_on(execute(&plan.steps, &recorder));
+        let performed = recorder.performed();
+        let wrote_status = performed.iter().any(|s| matches!(s, BudgetStep::WriteStatus(_)));
+        proptest::prop_assert!(
+            wrote_status || !performed.iter().any(|s| rank(s) == 3),
+            "{:?}", shape(&plan)
+        );
+        if matches!(plan.steps.get(fail), Some(BudgetStep::Scale(_))) {
+            proptest::prop_assert!(performed.is_empty());
+        }
+        let failed_write = matches!(
+            plan.steps.get(fail),
+            Some(BudgetStep::Scale(_) | BudgetStep::WriteStatus(_) | BudgetStep::WriteDocument(_))
+        );
+        proptest::prop_assert_eq!(executed.into_result().is_err(), failed_write);
+    }
+}

@@ -1,0 +1,128 @@
+//! Gathering: everything one budget decision reads, read once into [`BudgetFacts`] — the
+//! target's replicas, another owner of the target, the queries' results, the RetryPolicy the
+//! spec names and the control document's ConfigMap.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::DynamicObject;
+use kube::{Api, ResourceExt};
+
+use crate::api::backlog_budget::BacklogBudget;
+use crate::api::retry_policy::RetryPolicy;
+use crate::controller::error::Error;
+
+use super::classes::ClassObservations;
+use super::control_document::{ConfigMapFact, PolicyFact, configmap_name, resolve_policy};
+use super::inputs::{MetricObservations, observe_classes, observe_metrics, prometheus_address};
+use super::target::{TargetProblem, Workload, read};
+use super::{BudgetContext, conflict};
+
+/// What one decision reads about a budget whose target is usable.
+#[derive(Debug)]
+pub struct Observed {
+    pub workload: Workload,
+    pub scaling: ScalingFacts,
+    /// Each class's queries, in spec order.
+    pub classes: Vec<ClassObservations>,
+    pub policy: PolicyFact,
+    pub configmap: ConfigMapFact,
+}
+
+/// Who scales the target, and what the scaling queries returned.
+#[derive(Debug)]
+pub enum ScalingFacts {
+    /// Another autoscaler owns the target (named); nothing was asked.
+    OwnedElsewhere(String),
+    /// The budget owns it; the queries' results.
+    Observed(Box<MetricObservations>),
+}
+
+/// Everything one decision reads.
+#[derive(Debug)]
+pub enum BudgetFacts {
+    /// Nothing was read: the spec is unusable, and that is all the decision needs.
+    Unread,
+    /// The target cannot be used; nothing else was read.
+    TargetUnusable(TargetProblem),
+    Observed(Box<Observed>),
+}
+
+/// The target's API, for the plan's scale step.
+pub type TargetApi = Option<Api<DynamicObject>>;
+
+/// Reads everything a decision about `budget` needs. `Err` is a failure worth retrying (the
+/// status is left as it is); a target the spec names wrongly is a fact.
+pub async fn gather(
+    budget: &BacklogBudget,
+    namespace: &str,
+    poll: Duration,
+    ctx: &BudgetContext,
+) -> Result<(BudgetFacts, TargetApi), Error> {
+    let client = &ctx.base.client;
+    let target = &budget.spec.scale_target_ref;
+    let api = match ctx.kinds.api(client, namespace, target).await? {
+        Ok(api) => api,
+        Err(problem) => return Ok((BudgetFacts::TargetUnusable(problem), None)),
+    };
+    let workload = match read(&api, namespace, target).await? {
+        Ok(workload) => workload,
+        Err(problem) => return Ok((BudgetFacts::TargetUnusable(problem), Some(api))),
+    };
+    let conflict = conflict::other_owner(budget, &ctx.autoscalers.state(), &ctx.budgets.state());
+    let address = prometheus_address(budget, ctx.base.default_prometheus.as_deref());
+    let queries = &ctx.base.queries;
+    let scaling = async {
+        match conflict {
+            Some(owner) => ScalingFacts::OwnedElsewhere(owner),
+            None => ScalingFacts::Observed(Box::new(
+                observe_metrics(budget, address.as_deref(), queries, poll).await,
+            )),
+        }
+    };
+    let (scaling, classes, policy, configmap) = tokio::join!(
+        scaling,
+        observe_classes(budget, address.as_deref(), queries, poll),
+        read_policy(budget, namespace, ctx),
+        read_configmap(budget, namespace, ctx),
+    );
+    let observed = Observed {
+        workload,
+        scaling,
+        classes,
+        policy,
+        configmap,
+    };
+    Ok((BudgetFacts::Observed(Box::new(observed)), Some(api)))
+}
+
+/// The RetryPolicy `spec.retryPolicyRef` names, resolved.
+async fn read_policy(budget: &BacklogBudget, namespace: &str, ctx: &BudgetContext) -> PolicyFact {
+    let reference = budget
+        .spec
+        .retry_policy_ref
+        .as_ref()
+        .map(|r| r.name.as_str());
+    let policy = match reference {
+        None => None,
+        Some(name) => {
+            Api::<RetryPolicy>::namespaced(ctx.base.client.clone(), namespace)
+                .get_opt(name)
+                .await?
+        }
+    };
+    Ok(resolve_policy(reference, policy.as_ref(), namespace))
+}
+
+/// The control document's ConfigMap.
+async fn read_configmap(
+    budget: &BacklogBudget,
+    namespace: &str,
+    ctx: &BudgetContext,
+) -> ConfigMapFact {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), namespace);
+    match api.get_opt(&configmap_name(&budget.name_any())).await {
+        Ok(found) => ConfigMapFact::of(found.as_ref(), budget.uid().as_deref()),
+        Err(error) => ConfigMapFact::Unreadable(error),
+    }
+}
