@@ -8,8 +8,10 @@ use super::error::Persistence;
 
 /// First retry after a transient failure.
 pub const TRANSIENT_BASE: Duration = Duration::from_secs(1);
-/// First retry after a permanent failure: someone has to change something first.
-pub const PERMANENT_BASE: Duration = Duration::from_secs(30);
+/// First retry after a permanent failure: at most as late as every failure was retried before
+/// backoff, since a grant made a moment ago (a new RoleBinding) can still answer 403; later
+/// retries back off until someone changes something.
+pub const PERMANENT_BASE: Duration = Duration::from_secs(5);
 /// Longest wait between retries of a failing object.
 pub const RETRY_CAP: Duration = Duration::from_secs(300);
 
