@@ -2,6 +2,7 @@
 //! asynchronous consumers on Kubernetes.
 
 pub mod api;
+pub mod api_client;
 pub mod cli;
 pub mod controller;
 pub mod explain;

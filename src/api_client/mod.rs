@@ -1,0 +1,117 @@
+//! The operator's clients of the Kubernetes API: kube's usual stack (base URI, credentials that
+//! refresh, extra headers) over connections that time out and write only while a
+//! [`WriteGate`] is open, with a deadline on every request but watches and a User-Agent that
+//! names the replica, so audit logs tell replicas apart.
+
+pub mod connector;
+pub mod gate;
+pub mod timeout;
+
+use std::time::Duration;
+
+use http::HeaderValue;
+use http::header::USER_AGENT;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::ConfigExt;
+use kube::client::retry::RetryPolicy;
+use kube::{Client, Config};
+use tower::retry::RetryLayer;
+use tower::{BoxError, ServiceBuilder};
+
+pub use connector::{GateClosed, GatedConnector};
+pub use gate::WriteGate;
+pub use timeout::{RequestTimeoutLayer, TimedOut};
+
+/// How the operator talks to the API server.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    /// Establishing a TCP connection.
+    pub connect_timeout: Duration,
+    /// Any request but a watch, from sending it to the response's headers.
+    pub request_timeout: Duration,
+    /// Who is calling, for the API server's audit log: the replica's identity, if it has one.
+    pub identity: Option<String>,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            identity: None,
+        }
+    }
+}
+
+/// `backlog-operator/VERSION (IDENTITY)`.
+pub fn user_agent(identity: Option<&str>) -> String {
+    let product = concat!("backlog-operator/", env!("CARGO_PKG_VERSION"));
+    match identity {
+        Some(identity) => format!("{product} ({identity})"),
+        None => product.to_owned(),
+    }
+}
+
+/// A client whose connections write only while `gate` is open.
+pub fn build(
+    mut config: Config,
+    settings: &ClientSettings,
+    gate: WriteGate,
+) -> Result<Client, kube::Error> {
+    let agent = HeaderValue::from_str(&user_agent(settings.identity.as_deref()))
+        .unwrap_or_else(|_| HeaderValue::from_static("backlog-operator"));
+    config.headers.retain(|(name, _)| *name != USER_AGENT);
+    config.headers.push((USER_AGENT, agent));
+
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(settings.connect_timeout));
+    let https = config.rustls_https_connector_with_connector(GatedConnector::new(http, gate))?;
+    let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        // 429, 503 and 504 are retried with backoff, as kube's own stack does.
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .layer(RequestTimeoutLayer::new(settings.request_timeout))
+        .map_err(BoxError::from)
+        .service(hyper);
+    Ok(Client::new(service, config.default_namespace))
+}
+
+/// Whether a failed call failed because this replica's write gate is closed (it does not lead).
+pub fn refused_by_gate(error: &kube::Error) -> bool {
+    caused_by::<GateClosed>(error)
+}
+
+/// Whether a failed call timed out in [`RequestTimeoutLayer`].
+pub fn timed_out(error: &kube::Error) -> bool {
+    caused_by::<TimedOut>(error)
+}
+
+/// Whether `E` is somewhere in the chain of `error`, also inside an I/O error (whose `source`
+/// skips the error it wraps).
+fn caused_by<E: std::error::Error + 'static>(error: &kube::Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = current {
+        if error.is::<E>() {
+            return true;
+        }
+        if let Some(wrapped) = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            && wrapped.is::<E>()
+        {
+            return true;
+        }
+        current = error.source();
+    }
+    false
+}
