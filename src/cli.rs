@@ -126,7 +126,12 @@ pub struct RunArgs {
     /// Log JSON lines (for log collectors) instead of text.
     #[arg(long, env = "LOG_JSON")]
     pub log_json: bool,
-    /// Only the holder of a Lease reconciles: run several replicas for availability.
+    /// This replica's name: the holder identity in the Lease and part of the User-Agent the
+    /// API server's audit log records. Must be unique per replica (the chart passes the pod's
+    /// name); leader election refuses to start without one.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Only the holder of a Lease reconciles and writes: run several replicas for availability.
     #[arg(long, env = "LEADER_ELECT")]
     pub leader_elect: bool,
     /// Namespace of the Lease (default: the pod's namespace, from POD_NAMESPACE).
@@ -134,9 +139,23 @@ pub struct RunArgs {
     pub lease_namespace: String,
     #[arg(long, default_value = "backlog-operator")]
     pub lease_name: String,
-    /// A lease not renewed for this long is taken over by another replica.
+    /// A standby takes the Lease over once it has not seen it change for this long (whole
+    /// seconds).
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: std::time::Duration,
+    /// The leader stops writing if it could not renew the Lease for this long; shorter than
+    /// --lease-duration, so it stops before a standby can take over.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub lease_renew_deadline: std::time::Duration,
+    /// How often the leader renews and a standby looks at the Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub lease_retry_period: std::time::Duration,
+    /// Deadline of every API request but watches.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub api_timeout: std::time::Duration,
+    /// Deadline for establishing a connection to the API server.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub api_connect_timeout: std::time::Duration,
 }
 
 fn parse_duration(value: &str) -> Result<std::time::Duration, String> {

@@ -116,6 +116,21 @@ fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         .map(|n| n.trim().to_owned())
         .filter(|n| !n.is_empty())
         .collect();
+    let leader_election = if args.leader_elect {
+        use backlog_operator::core::leadership::{Identity, Timing};
+        Some(backlog_operator::controller::leader::LeaseSettings {
+            namespace: args.lease_namespace,
+            name: args.lease_name,
+            identity: Identity::new(args.identity.as_deref())?,
+            timing: Timing::new(
+                args.lease_duration,
+                args.lease_renew_deadline,
+                args.lease_retry_period,
+            )?,
+        })
+    } else {
+        None
+    };
     let options = backlog_operator::controller::RunOptions {
         prometheus_url: args.prometheus_url,
         allowed_prometheus_urls: args.allowed_prometheus_urls,
@@ -131,15 +146,12 @@ fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             service_accounts: args.replay_worker_service_accounts,
             require_image_digest: args.replay_require_image_digest,
         },
-        leader_election: args.leader_elect.then(|| {
-            backlog_operator::controller::leader::LeaseSettings {
-                namespace: args.lease_namespace,
-                name: args.lease_name,
-                identity: std::env::var("POD_NAME")
-                    .unwrap_or_else(|_| format!("backlog-operator-{}", std::process::id())),
-                duration: args.lease_duration,
-            }
-        }),
+        client: backlog_operator::api_client::ClientSettings {
+            connect_timeout: args.api_connect_timeout,
+            request_timeout: args.api_timeout,
+            identity: args.identity,
+        },
+        leader_election,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(backlog_operator::controller::run(options))?;

@@ -47,6 +47,9 @@ pub struct Metrics {
     pub drain_time_seconds: Family<BudgetLabels, Gauge<f64, AtomicU64>>,
     pub query_duration: Histogram,
     pub query_failures: Counter,
+    /// 1 while this replica leads (or runs without leader election), else 0.
+    pub leading: Gauge,
+    pub leadership_lost: Counter,
 }
 
 impl Default for Metrics {
@@ -63,6 +66,8 @@ impl Default for Metrics {
         let drain_time_seconds = Family::<BudgetLabels, Gauge<f64, AtomicU64>>::default();
         let query_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let query_failures = Counter::default();
+        let leading = Gauge::default();
+        let leadership_lost = Counter::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -99,6 +104,16 @@ impl Default for Metrics {
             "PromQL queries that failed or timed out",
             query_failures.clone(),
         );
+        registry.register(
+            "leading",
+            "1 while this replica holds the Lease and may write, else 0",
+            leading.clone(),
+        );
+        registry.register(
+            "leadership_lost",
+            "Terms that ended without a shutdown (renewals failed or the Lease was taken)",
+            leadership_lost.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -109,6 +124,8 @@ impl Default for Metrics {
             drain_time_seconds,
             query_duration,
             query_failures,
+            leading,
+            leadership_lost,
         }
     }
 }

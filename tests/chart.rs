@@ -1252,6 +1252,8 @@ fn the_binary_accepts_the_charts_arguments_and_leads_with_its_lease_role(env: &T
             // Cluster-wide policies of this release would hold in the other tests' namespaces.
             "admission.enabled=false",
             "leaderElection.leaseDuration=3s",
+            "leaderElection.renewDeadline=2s",
+            "leaderElection.retryPeriod=500ms",
             "prometheusUrl=http://127.0.0.1:9",
         ],
     );

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use tracing::info;
+use tracing::{info, warn};
 
+use crate::api_client::{self, ClientSettings, WriteGate};
 use crate::http::{Health, serve};
 use crate::metrics_source::prometheus::PrometheusBackend;
 use crate::metrics_source::{Allowlist, MetricsSource};
@@ -65,7 +66,9 @@ pub struct RunOptions {
     pub query_concurrency: usize,
     /// What replay worker pods may be.
     pub worker_policy: WorkerPolicy,
-    /// With several replicas: only the holder of this Lease reconciles.
+    /// Timeouts of the API clients and the replica's identity.
+    pub client: ClientSettings,
+    /// With several replicas: only the holder of this Lease reconciles and writes.
     pub leader_election: Option<leader::LeaseSettings>,
 }
 
@@ -148,9 +151,19 @@ pub async fn run_scopes(context: Arc<Context>, scopes: Vec<Scope>) {
     .await;
 }
 
-/// Runs every controller until a termination signal.
+/// Runs every controller until a termination signal; with leader election, only while this
+/// replica leads.
 pub async fn run(options: RunOptions) -> Result<(), Error> {
-    let client = Client::try_default().await.map_err(Error::Client)?;
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::Client(kube::Error::InferConfig(e)))?;
+    // Without leader election this is the only replica: its writes are never gated.
+    let gate = match options.leader_election {
+        Some(_) => WriteGate::closed(),
+        None => WriteGate::always_open(),
+    };
+    let client =
+        api_client::build(config.clone(), &options.client, gate.clone()).map_err(Error::Client)?;
     let allowlist = Allowlist::new(
         &options.allowed_prometheus_urls,
         options.prometheus_url.as_deref(),
@@ -173,38 +186,78 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
     };
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
     let listen = options.listen;
-    let server = tokio::spawn(serve(listen, health.clone(), bound_tx));
+    let mut server = tokio::spawn(serve(listen, health.clone(), bound_tx));
     if let Ok(address) = bound_rx.await {
         info!(%address, "serving /metrics, /healthz and /readyz");
     }
     // A standby replica is healthy and ready; it just does not reconcile.
     health.ready.store(true, Ordering::Relaxed);
-    let leadership = async {
-        match &options.leader_election {
-            Some(settings) => {
-                leader::acquire(context.client.clone(), settings).await?;
-                Ok(Some(settings.clone()))
-            }
-            None => Ok::<_, Error>(None),
+    let Some(settings) = options.leader_election.clone() else {
+        context.metrics.leading.set(1);
+        info!(scopes = ?options.scopes, prometheus = ?options.prometheus_url, allowed = ?options.allowed_prometheus_urls, "controllers starting");
+        tokio::select! {
+            () = run_scopes(context.clone(), options.scopes.clone()) => {}
+            served = &mut server => return served_error(listen, served),
         }
+        info!("controllers stopped");
+        return Ok(());
     };
-    let leading = tokio::select! {
-        leading = leadership => leading?,
-        served = server => return served_error(listen, served),
-    };
-    info!(scopes = ?options.scopes, prometheus = ?options.prometheus_url, allowed = ?options.allowed_prometheus_urls, "controllers starting");
-    let lost = async {
-        match leading {
-            Some(settings) => leader::keep(context.client.clone(), settings).await,
-            None => std::future::pending().await,
+
+    let lease_gate = WriteGate::closed();
+    let lease_client =
+        api_client::build(config, &options.client, lease_gate.clone()).map_err(Error::Client)?;
+    let mut elector = leader::Elector::new(lease_client, lease_gate, settings);
+    let timing = elector.settings().timing;
+    let mut terminated = std::pin::pin!(termination());
+    loop {
+        let renewal_sent_at = tokio::select! {
+            sent_at = elector.acquire() => sent_at,
+            () = &mut terminated => return Ok(()),
+            served = &mut server => return served_error(listen, served),
+        };
+        gate.open_until(timing.leads_until(renewal_sent_at));
+        context.metrics.leading.set(1);
+        info!(scopes = ?options.scopes, prometheus = ?options.prometheus_url, allowed = ?options.allowed_prometheus_urls, "controllers starting");
+        // A new term starts the controllers afresh: every store is listed again before the
+        // first reconcile, so nothing decided by an earlier leader's cache carries over.
+        let lost = tokio::select! {
+            () = run_scopes(context.clone(), options.scopes.clone()) => None,
+            lost = elector.keep(renewal_sent_at, &gate) => Some(lost),
+            served = &mut server => {
+                gate.close();
+                return served_error(listen, served);
+            }
+        };
+        gate.close();
+        context.metrics.leading.set(0);
+        match lost {
+            Some(lost) => {
+                warn!(%lost, "stopped leading; standing by");
+                context.metrics.leadership_lost.inc();
+            }
+            None => {
+                info!("controllers stopped");
+                elector.release().await;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn termination() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
         }
     };
     tokio::select! {
-        () = run_scopes(context.clone(), options.scopes.clone()) => {}
-        error = lost => return Err(error),
+        () = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
-    info!("controllers stopped");
-    Ok(())
 }
 
 fn served_error(

@@ -92,7 +92,6 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     .default_backoff()
     .touched_objects()
     .for_each(|_| futures::future::ready(()));
-    tokio::spawn(autoscaler_feed);
 
     let controller = Controller::new(
         scope.api::<BacklogBudget>(&client),
@@ -109,7 +108,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         kinds: target::Kinds::default(),
         failures: Failures::default(),
     });
-    controller
+    let controller = controller
         .watches(
             scope.api::<HorizontalPodAutoscaler>(&client),
             watcher::Config::default(),
@@ -151,6 +150,11 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         )
         .shutdown_on_signal()
         .run(reconciler::reconcile, reconciler::error_policy, context)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .for_each(|_| futures::future::ready(()));
+    // The HPA feed lives exactly as long as the controller: a replica that stops leading
+    // leaves no watch behind.
+    tokio::select! {
+        () = controller => {}
+        () = autoscaler_feed => {}
+    }
 }
