@@ -23,6 +23,7 @@
 //! cluster: `admin` (group `system:masters`), `alice` and `bob` (group
 //! [`APPROVERS_GROUP`]), `carol` and `mallory` (no group). RBAC is the authorizer.
 
+mod audit;
 mod crds;
 mod http;
 pub mod image;
@@ -30,7 +31,13 @@ pub mod node;
 mod pki;
 mod process;
 mod prometheus;
+mod proxy;
+mod restart;
 pub mod rootfs;
+
+pub use audit::{AuditEvent, read as read_audit_log};
+pub use proxy::{ConnectionTimes, PausableProxy};
+pub use restart::Restartable;
 
 use std::collections::BTreeMap;
 use std::env;
@@ -232,6 +239,8 @@ pub struct Options {
     /// OCI image archives to load into the node's containerd (`make image` writes them to
     /// `target/images/`).
     pub images: Vec<PathBuf>,
+    /// Whether the API server writes an audit log of every write (see [`AuditEvent`]).
+    pub audit_log: bool,
 }
 
 impl Default for Options {
@@ -245,6 +254,7 @@ impl Default for Options {
             start_timeout: Duration::from_secs(60),
             node: false,
             images: Vec::new(),
+            audit_log: false,
         }
     }
 }
@@ -262,6 +272,13 @@ impl Options {
 
     pub fn repo_root(mut self, dir: impl Into<PathBuf>) -> Self {
         self.repo_root = Some(dir.into());
+        self
+    }
+
+    /// An audit log of every write the API server takes, for tests that count writes by user
+    /// and User-Agent ([`LocalCluster::audit_events`]).
+    pub fn audit_log(mut self, enabled: bool) -> Self {
+        self.audit_log = enabled;
         self
     }
 
@@ -295,6 +312,9 @@ pub struct ClusterInfo {
     /// The node, if the cluster has one.
     #[serde(default)]
     pub node: Option<node::NodeInfo>,
+    /// The API server's audit log of writes, if it keeps one.
+    #[serde(default)]
+    pub audit_log: Option<PathBuf>,
 }
 
 /// A running control plane whose processes belong to this value.
@@ -309,6 +329,10 @@ pub struct LocalCluster {
     node: Option<node::Instance>,
     /// Holds (and finally removes) a temporary state directory.
     _temp_dir: Option<tempfile::TempDir>,
+    /// Program and arguments of each component as first started, to start it again.
+    launched: BTreeMap<&'static str, (PathBuf, Vec<String>)>,
+    /// Components started again after a kill (see [`restart`]); stopped first.
+    restarted: std::sync::Mutex<Vec<Process>>,
 }
 
 struct Binaries {
@@ -403,7 +427,20 @@ impl LocalCluster {
         self.info.node.as_ref()
     }
 
-    /// `(name, pid)` of each running process.
+    /// Every write the API server has logged so far, oldest first (needs
+    /// [`Options::audit_log`]).
+    pub fn audit_events(&self) -> Result<Vec<AuditEvent>, Error> {
+        match &self.info.audit_log {
+            Some(path) => audit::read(path),
+            None => Err(Error::InvalidArgument(
+                "the API server keeps no audit log: start the cluster with Options::audit_log(true)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// `(name, pid)` of each process started with the cluster (a component killed by
+    /// [`kill`](Self::kill) keeps its entry).
     pub fn pids(&self) -> Vec<(&'static str, u32)> {
         self.processes.iter().map(|p| (p.name, p.pid)).collect()
     }
@@ -438,6 +475,7 @@ impl LocalCluster {
     /// Stops every process (SIGTERM, then SIGKILL after a deadline), API
     /// server first. Idempotent; [`Drop`] calls it too.
     pub fn stop(&mut self) {
+        self.stop_restarted();
         // A node's namespace and cgroups may exist before any process does.
         if let Some(instance) = self.node.take() {
             self.stop_node(&instance);
@@ -846,6 +884,7 @@ struct Launch {
     images: Vec<PathBuf>,
     /// Tokens of a node's components (kubelet, kube-proxy, ...).
     component_tokens: Vec<(&'static str, String)>,
+    audit_log: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -937,6 +976,7 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
         binaries,
         images: options.images.clone(),
         component_tokens,
+        audit_log: options.audit_log,
     };
     let mut cluster = LocalCluster {
         info: ClusterInfo {
@@ -949,6 +989,7 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
             prometheus_url: None,
             tokens,
             node: None,
+            audit_log: None,
         },
         ca_pem: pki.ca_pem,
         processes: Vec::new(),
@@ -959,6 +1000,8 @@ fn launch(options: Options, detached: bool) -> Result<LocalCluster, Error> {
         },
         node: None,
         _temp_dir: temp_dir,
+        launched: BTreeMap::new(),
+        restarted: std::sync::Mutex::new(Vec::new()),
     };
     // From here on, an error drops `cluster`, which stops what was started
     // (and removes what a node changed on the machine).
@@ -1068,6 +1111,12 @@ impl LocalCluster {
                     // 127.0.0.1, which Endpoints reject; skip that loop.
                     "--endpoint-reconciler-type=none".to_string(),
                 ];
+                let mut args = args;
+                if launch.audit_log {
+                    audit::write_policy(&state_dir)?;
+                    args.extend(audit::flags(&state_dir));
+                    self.info.audit_log = Some(state_dir.join(audit::LOG_FILE));
+                }
                 self.info.apiserver_url = url;
                 (launch.binaries.kube_apiserver.clone(), args)
             }
@@ -1101,6 +1150,7 @@ impl LocalCluster {
             None,
         )?;
         self.processes.push(process);
+        self.launched.insert(component.name(), (program, args));
         Ok(())
     }
 

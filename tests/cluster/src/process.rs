@@ -96,7 +96,21 @@ pub(crate) fn spawn(
     state_dir: &Path,
     netns: Option<&Path>,
 ) -> Result<Process, Error> {
-    let log = state_dir.join(format!("{name}.log"));
+    spawn_named(spawner, name, name, program, args, state_dir, netns)
+}
+
+/// Like [`spawn`], with the log and pid files named after `files` instead of `name` (a
+/// component started again keeps the log of its first run).
+pub(crate) fn spawn_named(
+    spawner: Option<&Spawner>,
+    name: &'static str,
+    files: &str,
+    program: &Path,
+    args: &[String],
+    state_dir: &Path,
+    netns: Option<&Path>,
+) -> Result<Process, Error> {
+    let log = state_dir.join(format!("{files}.log"));
     let out = File::create(&log).map_err(|e| io_error(format!("creating {}", log.display()), e))?;
     let err = out
         .try_clone()
@@ -164,7 +178,7 @@ pub(crate) fn spawn(
     .map_err(|e| io_error(format!("starting {}", program.display()), e))?;
 
     let pid = child.id();
-    let pid_file = state_dir.join(format!("{name}.pid"));
+    let pid_file = state_dir.join(format!("{files}.pid"));
     let process = Process {
         name,
         pid,
@@ -194,6 +208,17 @@ impl Process {
     /// (detached mode, once it is ready).
     pub(crate) fn release(mut self) {
         self.child.take();
+    }
+
+    /// SIGKILL at once, as a crash; waits for the exit. Removes the pid file.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        } else {
+            kill_pid(self.pid);
+        }
+        let _ = fs::remove_file(&self.pid_file);
     }
 
     /// SIGTERM, wait up to `timeout`, then SIGKILL. Removes the pid file.
@@ -233,6 +258,13 @@ pub(crate) fn terminate_pid(pid: u32, timeout: Duration) {
         while Instant::now() < deadline && is_alive(pid) {
             thread::sleep(POLL);
         }
+    }
+}
+
+/// SIGKILL to a process known by its pid (an owned child is reaped by its `Process` later).
+pub(crate) fn kill_pid(pid: u32) {
+    if is_alive(pid) {
+        signal(pid, libc::SIGKILL);
     }
 }
 
