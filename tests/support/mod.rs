@@ -27,6 +27,7 @@ pub mod exporter;
 pub mod helm;
 pub mod identity;
 pub mod operator;
+pub mod process;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -88,17 +89,23 @@ pub(crate) use tests;
 /// begins, so `--list` and filters that select nothing start no cluster; it
 /// is stopped after the last test, before this returns.
 pub fn run(tests: Vec<Test>, needs_prometheus: bool) -> ExitCode {
-    run_with(tests, needs_prometheus, false)
+    run_with(tests, needs_prometheus, false, false)
+}
+
+/// Like [`run`], with the API server's audit log of writes
+/// ([`TestEnv::audit_events`]), for tests that count who wrote what.
+pub fn run_audited(tests: Vec<Test>, needs_prometheus: bool) -> ExitCode {
+    run_with(tests, needs_prometheus, false, true)
 }
 
 /// Like [`run`], on a cluster with a real node (kubelet, containerd, controller-manager,
 /// scheduler, kube-proxy in a network namespace of its own) that runs the images `make image`
 /// wrote. If the node cannot start, every test fails with the reason.
 pub fn run_on_node(tests: Vec<Test>, needs_prometheus: bool) -> ExitCode {
-    run_with(tests, needs_prometheus, true)
+    run_with(tests, needs_prometheus, true, false)
 }
 
-fn run_with(tests: Vec<Test>, needs_prometheus: bool, node: bool) -> ExitCode {
+fn run_with(tests: Vec<Test>, needs_prometheus: bool, node: bool, audit: bool) -> ExitCode {
     let mut args = Arguments::from_args();
     // The tests mostly wait on the API server, not on the CPU; more threads
     // than cores keeps a 2-core machine busy.
@@ -109,6 +116,7 @@ fn run_with(tests: Vec<Test>, needs_prometheus: bool, node: bool) -> ExitCode {
         env: OnceLock::new(),
         needs_prometheus,
         node,
+        audit,
     });
     let trials = tests
         .into_iter()
@@ -138,12 +146,13 @@ struct Shared {
     env: OnceLock<Result<TestEnv, String>>,
     needs_prometheus: bool,
     node: bool,
+    audit: bool,
 }
 
 impl Shared {
     fn env(&self) -> Result<&TestEnv, String> {
         self.env
-            .get_or_init(|| TestEnv::start(self.needs_prometheus, self.node))
+            .get_or_init(|| TestEnv::start(self.needs_prometheus, self.node, self.audit))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -160,12 +169,14 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    fn start(needs_prometheus: bool, node: bool) -> Result<TestEnv, String> {
+    fn start(needs_prometheus: bool, node: bool, audit: bool) -> Result<TestEnv, String> {
         let started = Instant::now();
         // kube, ureq and reqwest share rustls; install its one provider
         // explicitly. An error only means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut options = Options::default().prometheus(needs_prometheus);
+        let mut options = Options::default()
+            .prometheus(needs_prometheus)
+            .audit_log(audit);
         if node {
             options = options.node(image_archives()?);
         }
@@ -242,6 +253,13 @@ impl TestEnv {
 
     pub fn cluster(&self) -> &LocalCluster {
         &self.cluster
+    }
+
+    /// Every write the API server logged so far (binaries started with [`run_audited`]).
+    pub fn audit_events(&self) -> Vec<local_cluster::AuditEvent> {
+        self.cluster
+            .audit_events()
+            .unwrap_or_else(|e| panic!("reading the audit log: {e}"))
     }
 
     pub fn kubeconfig_path(&self) -> &Path {

@@ -1,0 +1,675 @@
+//! Faults against the real control plane, with the operator as a process of its own: a frozen
+//! leader, a stalled connection, Prometheus and the API server killed mid-run, an HPA created
+//! while the operator was down, and a second writer of spec.replicas. Writes are counted from
+//! the API server's audit log, by the User-Agent that names each replica.
+//!
+//! Each test prints one `fault-report:` line with its numbers (run with `--nocapture`).
+//! Tests that kill a shared process (Prometheus, the API server) run alone.
+
+mod support;
+
+use std::process::ExitCode;
+use std::sync::RwLock;
+use std::time::{Duration, Instant, SystemTime};
+
+use backlog_operator::api::backlog_budget::{BacklogBudget, BudgetPhase};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use local_cluster::{AuditEvent, PausableProxy, Restartable};
+use serde_json::{Value, json};
+use support::exporter::Exporter;
+use support::process::{Election, Launch, OperatorProcess, kubeconfig_through};
+use support::workload::{deployment, replicas};
+use support::{TestEnv, wait_until};
+
+fn main() -> ExitCode {
+    support::run_audited(
+        support::tests![
+            a_frozen_leader_is_replaced_and_writes_nothing_after,
+            a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires,
+            a_prometheus_outage_writes_nothing_and_recovers,
+            an_api_server_restart_is_survived_without_invalid_flaps,
+        ],
+        true,
+    )
+}
+
+/// Tests that kill a process every test shares take it for writing; the others for reading.
+static SHARED_PROCESSES: RwLock<()> = RwLock::new(());
+
+const STEP: Duration = Duration::from_secs(30);
+/// The budgets' poll interval.
+const POLL: Duration = Duration::from_secs(1);
+
+// ---------------------------------------------------------------------------------------------
+// A budget whose load the test sets
+
+/// A Deployment, a budget on it with 6 partitions of 200/s each, and an exporter serving its
+/// metrics to the real Prometheus.
+struct Load {
+    exporter: Exporter,
+    job: String,
+    name: String,
+}
+
+impl Load {
+    async fn start(env: &TestEnv, namespace: &str, name: &str, initial_replicas: u32) -> Load {
+        let exporter = Exporter::start();
+        let job = format!("faults-{namespace}");
+        env.add_scrape_target(&job, &exporter.target(), &[]);
+        let load = Load {
+            exporter,
+            job,
+            name: name.to_owned(),
+        };
+        load.light();
+        deployment(env, namespace, name, initial_replicas).await;
+        Api::<BacklogBudget>::namespaced(env.admin(), namespace)
+            .patch(
+                name,
+                &PatchParams::apply("faults-test").force(),
+                &Patch::Apply(budget_body(name)),
+            )
+            .await
+            .expect("apply the budget");
+        load
+    }
+
+    /// A light load (a few replicas, whatever the budget's economy makes of it).
+    fn light(&self) {
+        self.set(500.0, 500.0);
+    }
+
+    /// A heavy load: 3000 events/s and a backlog of 50,000 ask for the partition cap, 6.
+    fn heavy(&self) {
+        self.set(3000.0, 50_000.0);
+    }
+
+    fn set(&self, rate: f64, backlog: f64) {
+        let labels = [("group", self.name.as_str())];
+        self.exporter.set("faults_lag", &labels, backlog);
+        self.exporter.set("faults_oldest_age_seconds", &labels, 5.0);
+        self.exporter.set("faults_produce_rate", &labels, rate);
+    }
+
+    fn stop(self, env: &TestEnv) {
+        env.remove_scrape_target(&self.job);
+    }
+}
+
+fn budget_body(name: &str) -> Value {
+    json!({
+        "apiVersion": "backlog.dev/v1alpha1",
+        "kind": "BacklogBudget",
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 20,
+            "completionDeadline": "10m",
+            "partitionCount": 6,
+            "pollInterval": format!("{}s", POLL.as_secs()),
+            "metrics": {
+                "backlog": format!("sum(faults_lag{{group=\"{name}\"}})"),
+                "oldestUnfinishedAge": format!("max(faults_oldest_age_seconds{{group=\"{name}\"}})"),
+                "produceRate": format!("sum(faults_produce_rate{{group=\"{name}\"}})"),
+            },
+            "capacity": {"perReplicaRate": 200, "reservedRetryShare": 0},
+            "scaling": {"scaleDownStabilization": "0s"},
+        }
+    })
+}
+
+async fn budget(env: &TestEnv, namespace: &str, name: &str) -> Option<BacklogBudget> {
+    Api::<BacklogBudget>::namespaced(env.admin(), namespace)
+        .get(name)
+        .await
+        .ok()
+}
+
+async fn phase(env: &TestEnv, namespace: &str, name: &str) -> Option<BudgetPhase> {
+    budget(env, namespace, name).await?.status?.phase
+}
+
+/// The status of condition `type_` of the budget.
+async fn condition(env: &TestEnv, namespace: &str, name: &str, type_: &str) -> Option<String> {
+    budget(env, namespace, name)
+        .await?
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status)
+}
+
+/// Waits until the budget has decided on its metrics and the Deployment runs what it decided;
+/// returns that count.
+async fn wait_settled(env: &TestEnv, namespace: &str, name: &str) -> u32 {
+    wait_until(
+        STEP,
+        &format!("the budget of {name} decides and its Deployment follows"),
+        || async {
+            let have = replicas(env, namespace, name).await;
+            let status = budget(env, namespace, name).await.and_then(|b| b.status);
+            let decided = status.as_ref().is_some_and(|s| {
+                s.desired_replicas.and_then(|d| u32::try_from(d).ok()) == Some(have)
+                    && s.phase
+                        .is_some_and(|p| p != BudgetPhase::MetricsUnavailable)
+            });
+            if decided {
+                Ok(have)
+            } else {
+                Err(format!(
+                    "{have} replicas; status {:?}",
+                    status.map(|s| (s.phase, s.desired_replicas, s.explanation))
+                ))
+            }
+        },
+    )
+    .await
+}
+
+async fn wait_replicas(env: &TestEnv, namespace: &str, name: &str, want: u32) {
+    wait_until(
+        STEP,
+        &format!("Deployment {name} has {want} replicas"),
+        || async {
+            let have = replicas(env, namespace, name).await;
+            if have == want {
+                return Ok(());
+            }
+            let status = budget(env, namespace, name).await.and_then(|b| b.status);
+            Err(format!(
+                "{have} replicas; phase {:?}: {:?}",
+                status.as_ref().and_then(|s| s.phase),
+                status.and_then(|s| s.explanation)
+            ))
+        },
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The audit log
+
+fn time_of(event: &AuditEvent) -> Timestamp {
+    event
+        .request_received_timestamp
+        .parse()
+        .unwrap_or_else(|e| {
+            panic!(
+                "audit time stamp {:?}: {e}",
+                event.request_received_timestamp
+            )
+        })
+}
+
+/// Every write the replica named `identity` sent, in arrival order.
+fn writes_by(env: &TestEnv, identity: &str) -> Vec<AuditEvent> {
+    let marker = format!("({identity})");
+    env.audit_events()
+        .into_iter()
+        .filter(|e| e.user_agent.contains(&marker))
+        .collect()
+}
+
+fn is_lease(event: &AuditEvent) -> bool {
+    event.resource() == "leases"
+}
+
+fn is_scale(event: &AuditEvent) -> bool {
+    event.resource() == "deployments"
+}
+
+fn describe(events: &[AuditEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            let object = e.object_ref.clone().unwrap_or_default();
+            format!(
+                "{} {} {}/{} {:?} → {:?} at {}",
+                e.verb,
+                object.resource,
+                object.namespace.unwrap_or_default(),
+                object.name.unwrap_or_default(),
+                object.subresource,
+                e.code(),
+                e.request_received_timestamp
+            )
+        })
+        .collect()
+}
+
+/// When the replica `identity` first wrote the Lease successfully after `after`.
+fn first_lease_write(env: &TestEnv, identity: &str, after: Timestamp) -> Option<Timestamp> {
+    writes_by(env, identity)
+        .into_iter()
+        .filter(|e| is_lease(e) && e.succeeded())
+        .map(|e| time_of(&e))
+        .find(|t| *t > after)
+}
+
+fn to_timestamp(time: SystemTime) -> Timestamp {
+    Timestamp::try_from(time).expect("a time stamp")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leader election
+
+fn election(namespace: &str) -> Election {
+    Election {
+        lease_namespace: namespace.to_owned(),
+        lease_name: "backlog-operator".to_owned(),
+    }
+}
+
+fn launch(env: &TestEnv, namespace: &str, identity: &str, elect: bool) -> Launch {
+    Launch {
+        identity: identity.to_owned(),
+        namespace: namespace.to_owned(),
+        prometheus: Some(env.prometheus_url().to_owned()),
+        election: elect.then(|| election(namespace)),
+        kubeconfig: None,
+    }
+}
+
+async fn holder(env: &TestEnv, namespace: &str) -> Option<(String, Timestamp)> {
+    let spec = Api::<Lease>::namespaced(env.admin(), namespace)
+        .get_opt("backlog-operator")
+        .await
+        .ok()??
+        .spec?;
+    Some((spec.holder_identity?, spec.renew_time?.0))
+}
+
+async fn wait_holder(env: &TestEnv, namespace: &str, identity: &str, within: Duration) {
+    wait_until(within, &format!("{identity} holds the Lease"), || async {
+        let found = holder(env, namespace).await;
+        match &found {
+            Some((holder, _)) if holder == identity => Ok(()),
+            _ => Err(found),
+        }
+    })
+    .await;
+}
+
+/// Polls every 50 ms (finer than `wait_until`) until `check` holds; returns when it did.
+async fn first_moment<F, Fut>(within: Duration, what: &str, mut check: F) -> Instant
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the standby `identity` has renewed the Lease `count` more times after `after`:
+/// time enough for anything the old leader still had queued to have shown up.
+async fn wait_renewals(env: &TestEnv, identity: &str, after: Timestamp, count: usize) {
+    wait_until(
+        STEP,
+        &format!("{identity} renews the Lease {count} times"),
+        || async {
+            let renewals = writes_by(env, identity)
+                .iter()
+                .filter(|e| is_lease(e) && e.succeeded() && time_of(e) > after)
+                .count();
+            (renewals >= count).then_some(()).ok_or(renewals)
+        },
+    )
+    .await;
+}
+
+fn a_frozen_leader_is_replaced_and_writes_nothing_after(env: &TestEnv) {
+    let _shared = SHARED_PROCESSES.read();
+    let namespace = env.fresh_namespace("frozen-leader");
+    let name = "orders";
+    env.block_on(async {
+        let load = Load::start(env, &namespace, name, 1).await;
+        let (a, b) = (format!("{namespace}-a"), format!("{namespace}-b"));
+        let old = OperatorProcess::start(env, launch(env, &namespace, &a, true));
+        wait_holder(env, &namespace, &a, STEP).await;
+        wait_settled(env, &namespace, name).await;
+        let standby = OperatorProcess::start(env, launch(env, &namespace, &b, true));
+        wait_until(STEP, "the standby answers and does not lead", || async {
+            standby.leading().await == Some(false)
+        })
+        .await;
+        let frozen_at = Instant::now();
+        let frozen_wall = to_timestamp(SystemTime::now());
+        old.freeze();
+        let taken_at = first_moment(
+            Election::LEASE + Duration::from_secs(3),
+            "the standby takes the Lease over",
+            || async { holder(env, &namespace).await.is_some_and(|(h, _)| h == b) },
+        )
+        .await;
+        let takeover = taken_at - frozen_at;
+        assert!(
+            takeover <= Election::LEASE + Duration::from_secs(2),
+            "the standby led {takeover:?} after the freeze (lease {:?})",
+            Election::LEASE
+        );
+        // The fault lasts twice the lease; meanwhile the new leader works.
+        load.heavy();
+        tokio::time::sleep_until((frozen_at + 2 * Election::LEASE).into()).await;
+        old.thaw();
+        let thawed = to_timestamp(SystemTime::now());
+        wait_until(STEP, "the old leader stands by", || async {
+            old.leading().await == Some(false)
+        })
+        .await;
+        wait_replicas(env, &namespace, name, 6).await;
+        wait_renewals(env, &b, thawed, 4).await;
+
+        let took_over = first_lease_write(env, &b, frozen_wall).expect("the standby's takeover");
+        let after: Vec<AuditEvent> = writes_by(env, &a)
+            .into_iter()
+            .filter(|e| time_of(e) > took_over)
+            .collect();
+        assert!(
+            after.is_empty(),
+            "the old leader wrote after the takeover: {:?}\n{}",
+            describe(&after),
+            old.log_tail(30)
+        );
+        let before: Vec<AuditEvent> = writes_by(env, &b)
+            .into_iter()
+            .filter(|e| time_of(e) < took_over)
+            .collect();
+        assert!(
+            before.is_empty(),
+            "the standby wrote before it led: {:?}",
+            describe(&before)
+        );
+        let new_leader_writes = writes_by(env, &b)
+            .iter()
+            .filter(|e| !is_lease(e))
+            .count();
+        assert!(new_leader_writes > 0, "the new leader reconciles");
+        eprintln!(
+            "fault-report: frozen leader: standby leads {:.2}s after SIGSTOP (lease {}s); old leader's writes after takeover: {}; new leader's non-lease writes: {new_leader_writes}",
+            takeover.as_secs_f64(),
+            Election::LEASE.as_secs(),
+            after.len()
+        );
+        load.stop(env);
+    });
+}
+
+fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires(env: &TestEnv) {
+    let _shared = SHARED_PROCESSES.read();
+    let namespace = env.fresh_namespace("cut-off-leader");
+    let name = "orders";
+    let apiserver = env
+        .cluster()
+        .apiserver_url()
+        .trim_start_matches("https://")
+        .parse()
+        .expect("the API server's address");
+    let proxy = PausableProxy::start(apiserver).expect("a proxy to the API server");
+    env.block_on(async {
+        let load = Load::start(env, &namespace, name, 1).await;
+        let (a, b) = (format!("{namespace}-a"), format!("{namespace}-b"));
+        let mut through_proxy = launch(env, &namespace, &a, true);
+        through_proxy.kubeconfig = Some(kubeconfig_through(env, proxy.address(), &a));
+        let old = OperatorProcess::start(env, through_proxy);
+        wait_holder(env, &namespace, &a, STEP).await;
+        wait_settled(env, &namespace, name).await;
+        let standby = OperatorProcess::start(env, launch(env, &namespace, &b, true));
+        wait_until(STEP, "the standby answers and does not lead", || async {
+            standby.leading().await == Some(false)
+        })
+        .await;
+
+        let stalled_at = to_timestamp(SystemTime::now());
+        proxy.pause();
+        first_moment(
+            Election::LEASE * 2,
+            "the cut-off leader steps down",
+            || async { old.leading().await == Some(false) },
+        )
+        .await;
+        let stepped_down = to_timestamp(SystemTime::now());
+        let (still, renewed) = holder(env, &namespace).await.expect("the Lease");
+        assert_eq!(still, a, "nobody took over before the old leader stepped down");
+        let expires = renewed + Election::LEASE;
+        assert!(
+            stepped_down < expires,
+            "stepped down at {stepped_down}, the Lease (renewed {renewed}) expires at {expires}"
+        );
+        // Between the end of its term and the moment it stood down (closed its gate, dropped
+        // its controllers), the replica sends no byte on any connection. After that, the only
+        // bytes are its reads of the Lease as a standby (on a pooled connection or a new one):
+        // with their gate closed, its controllers cannot even send a TLS handshake.
+        let term_end = renewed + Election::RENEW_DEADLINE;
+        let stood_down = old.logged_at("stopped leading").expect("the old leader stood down");
+        let connections = proxy.connections();
+        let late: Vec<_> = connections
+            .iter()
+            .filter_map(|c| c.last_from_client.map(to_timestamp))
+            .filter(|last| *last > term_end && *last <= stood_down)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "the cut-off leader sent bytes at {late:?}, after its term ended at {term_end} and before it stood down at {stood_down}"
+        );
+        let last_byte = connections
+            .iter()
+            .filter(|c| to_timestamp(c.opened) <= term_end)
+            .filter_map(|c| c.last_from_client.map(to_timestamp))
+            .filter(|last| *last <= term_end)
+            .max()
+            .expect("the leader used the proxy");
+        wait_holder(env, &namespace, &b, STEP).await;
+        let took_over = first_lease_write(env, &b, stalled_at).expect("the standby's takeover");
+        load.heavy();
+        wait_replicas(env, &namespace, name, 6).await;
+        // The stalled connections are reset (what they held is lost, as on a real network
+        // that gives up on them) and the path works again.
+        proxy.cut();
+        proxy.resume();
+        let resumed = to_timestamp(SystemTime::now());
+        wait_renewals(env, &b, resumed, 4).await;
+        assert_eq!(old.leading().await, Some(false), "the old leader stands by");
+        let after: Vec<AuditEvent> = writes_by(env, &a)
+            .into_iter()
+            .filter(|e| time_of(e) > took_over)
+            .collect();
+        assert!(
+            after.is_empty(),
+            "the old leader wrote after the takeover: {:?}",
+            describe(&after)
+        );
+        eprintln!(
+            "fault-report: stalled connection: leader stepped down {:.2}s after the stall, {:.2}s before its Lease expired; last byte sent {:.2}s before its term ended; standby led {:.2}s after the stall; old leader's writes after takeover: {}",
+            (stepped_down - stalled_at).total(jiff_seconds()).unwrap_or(f64::NAN),
+            (expires - stepped_down).total(jiff_seconds()).unwrap_or(f64::NAN),
+            (term_end - last_byte).total(jiff_seconds()).unwrap_or(f64::NAN),
+            (took_over - stalled_at).total(jiff_seconds()).unwrap_or(f64::NAN),
+            after.len()
+        );
+        load.stop(env);
+    });
+}
+
+fn jiff_seconds() -> k8s_openapi::jiff::Unit {
+    k8s_openapi::jiff::Unit::Second
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dependencies going away
+
+fn a_prometheus_outage_writes_nothing_and_recovers(env: &TestEnv) {
+    let _alone = SHARED_PROCESSES.write();
+    let namespace = env.fresh_namespace("prometheus-killed");
+    let name = "orders";
+    env.block_on(async {
+        let load = Load::start(env, &namespace, name, 1).await;
+        let identity = format!("{namespace}-op");
+        let _operator = OperatorProcess::start(env, launch(env, &namespace, &identity, false));
+        let settled = wait_settled(env, &namespace, name).await;
+        wait_until(STEP, "the budget's metrics are available", || async {
+            condition(env, &namespace, name, "MetricsAvailable").await == Some("True".into())
+        })
+        .await;
+
+        let killed_at = Instant::now();
+        let killed_wall = to_timestamp(SystemTime::now());
+        env.cluster()
+            .kill(Restartable::Prometheus)
+            .expect("kill Prometheus");
+        // Arrivals rise meanwhile: nobody can see it, so nothing may change.
+        load.heavy();
+        let detected_at = first_moment(STEP, "MetricsAvailable=False", || async {
+            condition(env, &namespace, name, "MetricsAvailable").await == Some("False".into())
+        })
+        .await;
+        let detection = detected_at - killed_at;
+        assert_eq!(
+            phase(env, &namespace, name).await,
+            Some(BudgetPhase::MetricsUnavailable)
+        );
+        assert!(
+            detection <= POLL + Duration::from_secs(1),
+            "MetricsAvailable=False {detection:?} after the kill; the poll is {POLL:?}"
+        );
+        // The outage lasts three polls.
+        tokio::time::sleep_until((killed_at + 3 * POLL).into()).await;
+        assert_eq!(replicas(env, &namespace, name).await, settled);
+        let restarted_wall = to_timestamp(SystemTime::now());
+        let restarted_at = Instant::now();
+        env.cluster()
+            .start_again(Restartable::Prometheus)
+            .expect("start Prometheus again");
+        wait_replicas(env, &namespace, name, 6).await;
+        let recovered = restarted_at.elapsed();
+        let scale_writes: Vec<AuditEvent> = writes_by(env, &identity)
+            .into_iter()
+            .filter(|e| is_scale(e) && time_of(e) > killed_wall && time_of(e) < restarted_wall)
+            .collect();
+        assert!(
+            scale_writes.is_empty(),
+            "scale writes while Prometheus was down: {:?}",
+            describe(&scale_writes)
+        );
+        eprintln!(
+            "fault-report: Prometheus killed: MetricsAvailable=False {:.2}s after the kill (poll {}s); scale writes while down: 0; scaled to the new load {:.2}s after Prometheus was back",
+            detection.as_secs_f64(),
+            POLL.as_secs(),
+            recovered.as_secs_f64()
+        );
+        load.stop(env);
+    });
+}
+
+fn an_api_server_restart_is_survived_without_invalid_flaps(env: &TestEnv) {
+    let _alone = SHARED_PROCESSES.write();
+    let namespace = env.fresh_namespace("apiserver-restart");
+    let name = "orders";
+    env.block_on(async {
+        let load = Load::start(env, &namespace, name, 1).await;
+        let identity = format!("{namespace}-op");
+        let mut operator = OperatorProcess::start(env, launch(env, &namespace, &identity, true));
+        wait_holder(env, &namespace, &identity, STEP).await;
+        wait_settled(env, &namespace, name).await;
+        let phases = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let watcher = tokio::spawn({
+            let (phases, namespace) = (phases.clone(), namespace.clone());
+            let budgets = Api::<BacklogBudget>::namespaced(env.admin(), &namespace);
+            async move {
+                loop {
+                    // Errors are expected while the API server is down.
+                    if let Ok(found) = budgets.get(name).await
+                        && let Some(phase) = found.status.and_then(|s| s.phase)
+                    {
+                        phases.lock().expect("phases").push((Instant::now(), phase));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        });
+
+        let samples = |after: Instant| {
+            phases
+                .lock()
+                .expect("phases")
+                .iter()
+                .filter(|(at, _)| *at > after)
+                .count()
+        };
+        let watching = Instant::now();
+        wait_until(STEP, "the budget's phase is sampled", || async {
+            (samples(watching) > 0).then_some(()).ok_or("no sample yet")
+        })
+        .await;
+
+        let killed_at = Instant::now();
+        env.cluster()
+            .kill(Restartable::ApiServer)
+            .expect("kill the API server");
+        load.heavy();
+        // Down for longer than the renew deadline: the leader steps down meanwhile.
+        tokio::time::sleep_until((killed_at + Election::LEASE).into()).await;
+        let restarted_at = Instant::now();
+        env.cluster()
+            .start_again(Restartable::ApiServer)
+            .expect("start the API server again");
+        let back = restarted_at.elapsed();
+        wait_replicas(env, &namespace, name, 6).await;
+        let recovered = restarted_at.elapsed();
+        // Watch the phase for three more polls after the recovery.
+        let recovered_at = Instant::now();
+        wait_until(STEP, "three polls of phases after the recovery", || async {
+            let late = phases
+                .lock()
+                .expect("phases")
+                .last()
+                .is_some_and(|(at, _)| *at > recovered_at + 3 * POLL);
+            late.then_some(()).ok_or(samples(recovered_at))
+        })
+        .await;
+        watcher.abort();
+        assert!(operator.is_running(), "the operator exited:\n{}", operator.log_tail(30));
+        let seen: Vec<BudgetPhase> = phases
+            .lock()
+            .expect("phases")
+            .iter()
+            .map(|(_, phase)| *phase)
+            .collect();
+        assert!(
+            samples(killed_at) > 0,
+            "the budget's phase was sampled after the restart"
+        );
+        assert!(
+            !seen.contains(&BudgetPhase::Invalid),
+            "the budget flapped to Invalid: {seen:?}"
+        );
+        eprintln!(
+            "fault-report: API server killed for {}s: ready again after {:.2}s; the operator (same process) scaled to the new load {:.2}s after the restart; phases seen: {:?}",
+            Election::LEASE.as_secs(),
+            back.as_secs_f64(),
+            recovered.as_secs_f64(),
+            dedup(&seen)
+        );
+        load.stop(env);
+    });
+}
+
+fn dedup(phases: &[BudgetPhase]) -> Vec<BudgetPhase> {
+    let mut out: Vec<BudgetPhase> = Vec::new();
+    for phase in phases {
+        if out.last() != Some(phase) {
+            out.push(*phase);
+        }
+    }
+    out
+}
