@@ -101,6 +101,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let hpa_store = budgets.clone();
     let deployment_store = budgets.clone();
     let statefulset_store = budgets.clone();
+    let autoscalers_listed = autoscalers.clone();
     let context = Arc::new(BudgetContext {
         base: ctx,
         autoscalers,
@@ -151,6 +152,13 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         .shutdown_on_signal()
         .run(reconciler::reconcile, reconciler::error_policy, context)
         .for_each(|_| futures::future::ready(()));
+    // A budget must not scale a target an HPA owns: no reconcile before the HPAs are listed,
+    // at startup and at every new term.
+    let controller = async move {
+        if autoscalers_listed.wait_until_ready().await.is_ok() {
+            controller.await;
+        }
+    };
     // The HPA feed lives exactly as long as the controller: a replica that stops leading
     // leaves no watch behind.
     tokio::select! {
