@@ -13,10 +13,11 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use backlog_operator::api::backlog_budget::{BacklogBudget, BudgetPhase};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use local_cluster::{AuditEvent, PausableProxy, Restartable};
 use serde_json::{Value, json};
 use support::exporter::Exporter;
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
             a_frozen_leader_is_replaced_and_writes_nothing_after,
             a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires,
             a_prometheus_outage_writes_nothing_and_recovers,
+            an_autoscaler_created_while_the_operator_is_down_is_respected_after_restart,
             an_api_server_restart_is_survived_without_invalid_flaps,
         ],
         true,
@@ -566,6 +568,72 @@ fn a_prometheus_outage_writes_nothing_and_recovers(env: &TestEnv) {
             detection.as_secs_f64(),
             POLL.as_secs(),
             recovered.as_secs_f64()
+        );
+        load.stop(env);
+    });
+}
+
+fn an_autoscaler_created_while_the_operator_is_down_is_respected_after_restart(env: &TestEnv) {
+    let _shared = SHARED_PROCESSES.read();
+    let namespace = env.fresh_namespace("hpa-while-down");
+    let name = "orders";
+    env.block_on(async {
+        let load = Load::start(env, &namespace, name, 1).await;
+        let identity = format!("{namespace}-op");
+        let mut operator = OperatorProcess::start(env, launch(env, &namespace, &identity, false));
+        let settled = wait_settled(env, &namespace, name).await;
+        operator.kill();
+
+        // While it is down, another autoscaler takes the Deployment and the load grows: a
+        // budget that did not see the HPA would scale to the partition cap.
+        let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "other-autoscaler"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                "minReplicas": 1,
+                "maxReplicas": 4,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+            }
+        }))
+        .expect("an HPA");
+        Api::<HorizontalPodAutoscaler>::namespaced(env.admin(), &namespace)
+            .create(&PostParams::default(), &hpa)
+            .await
+            .expect("create the HPA");
+        load.heavy();
+
+        let restarted_wall = to_timestamp(SystemTime::now());
+        let restarted_at = Instant::now();
+        operator.restart();
+        let conflict_at = first_moment(STEP, "the budget reports the conflict", || async {
+            phase(env, &namespace, name).await == Some(BudgetPhase::Conflict)
+        })
+        .await;
+        let explanation = budget(env, &namespace, name)
+            .await
+            .and_then(|b| b.status?.explanation)
+            .unwrap_or_default();
+        assert!(
+            explanation.contains("other-autoscaler"),
+            "the status names the HPA: {explanation}"
+        );
+        // Several polls with a heavy load: still nothing written to the target.
+        tokio::time::sleep_until((conflict_at + 3 * POLL).into()).await;
+        assert_eq!(replicas(env, &namespace, name).await, settled);
+        let target_writes: Vec<AuditEvent> = writes_by(env, &identity)
+            .into_iter()
+            .filter(|e| is_scale(e) && time_of(e) > restarted_wall)
+            .collect();
+        assert!(
+            target_writes.is_empty(),
+            "the restarted operator wrote to the Deployment an HPA owns: {:?}",
+            describe(&target_writes)
+        );
+        eprintln!(
+            "fault-report: HPA created while the operator was down: phase Conflict {:.2}s after the restart; writes to the target after the restart: 0",
+            (conflict_at - restarted_at).as_secs_f64()
         );
         load.stop(env);
     });
