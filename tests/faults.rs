@@ -13,11 +13,13 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use backlog_operator::api::backlog_budget::{BacklogBudget, BudgetPhase};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use local_cluster::{AuditEvent, PausableProxy, Restartable};
 use serde_json::{Value, json};
 use support::exporter::Exporter;
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
             a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires,
             a_prometheus_outage_writes_nothing_and_recovers,
             an_autoscaler_created_while_the_operator_is_down_is_respected_after_restart,
+            a_second_writer_of_replicas_is_overridden_once_with_an_event,
             an_api_server_restart_is_survived_without_invalid_flaps,
         ],
         true,
@@ -634,6 +637,82 @@ fn an_autoscaler_created_while_the_operator_is_down_is_respected_after_restart(e
         eprintln!(
             "fault-report: HPA created while the operator was down: phase Conflict {:.2}s after the restart; writes to the target after the restart: 0",
             (conflict_at - restarted_at).as_secs_f64()
+        );
+        load.stop(env);
+    });
+}
+
+/// The operator owns `spec.replicas` of a budget's target (README, "Replicas"): a second writer
+/// is overridden at the next poll, once, and the override is recorded as an Event.
+fn a_second_writer_of_replicas_is_overridden_once_with_an_event(env: &TestEnv) {
+    let _shared = SHARED_PROCESSES.read();
+    let namespace = env.fresh_namespace("second-writer");
+    let name = "orders";
+    env.block_on(async {
+        let load = Load::start(env, &namespace, name, 1).await;
+        let identity = format!("{namespace}-op");
+        let _operator = OperatorProcess::start(env, launch(env, &namespace, &identity, false));
+        load.heavy();
+        wait_replicas(env, &namespace, name, 6).await;
+
+        // Another field manager scales the Deployment through /scale, as `kubectl scale` does.
+        let changed_wall = to_timestamp(SystemTime::now());
+        let changed_at = Instant::now();
+        Api::<Deployment>::namespaced(env.admin(), &namespace)
+            .patch_scale(
+                name,
+                &PatchParams::apply("another-writer").force(),
+                &Patch::Apply(json!({
+                    "apiVersion": "autoscaling/v1",
+                    "kind": "Scale",
+                    "spec": {"replicas": 2},
+                })),
+            )
+            .await
+            .expect("the other writer scales");
+        let restored_at = first_moment(STEP, "the budget restores 6 replicas", || async {
+            replicas(env, &namespace, name).await == 6
+        })
+        .await;
+        // The Event recorder folds a repeated reason and action (ScaledUp, ScaleTo6) into a
+        // series of the first Event: the takeover shows as its second occurrence.
+        let events = Api::<Event>::namespaced(env.admin(), &namespace);
+        wait_until(STEP, "a second ScaledUp to 6 is recorded", || async {
+            let found = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let occurrences = found
+                .items
+                .iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some("ScaledUp")
+                        && e.action.as_deref() == Some("ScaleTo6")
+                })
+                .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+                .sum::<i32>();
+            (occurrences >= 2)
+                .then_some(())
+                .ok_or_else(|| format!("{occurrences} ScaledUp to 6"))
+        })
+        .await;
+        // Three more polls: the budget wrote once and does not keep writing.
+        tokio::time::sleep_until((restored_at + 3 * POLL).into()).await;
+        assert_eq!(replicas(env, &namespace, name).await, 6);
+        let target_writes: Vec<AuditEvent> = writes_by(env, &identity)
+            .into_iter()
+            .filter(|e| is_scale(e) && time_of(e) > changed_wall)
+            .collect();
+        assert_eq!(
+            target_writes.len(),
+            1,
+            "one write takes spec.replicas back: {:?}",
+            describe(&target_writes)
+        );
+        eprintln!(
+            "fault-report: second writer of spec.replicas: overridden {:.2}s after its write, recorded as a second ScaledUp Event; the budget's writes to the target: 1",
+            (restored_at - changed_at).as_secs_f64()
         );
         load.stop(env);
     });
