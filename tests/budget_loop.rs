@@ -447,6 +447,10 @@ fn operator_binary(env: &TestEnv, namespace: &str, identity: &str) -> Running {
                 namespace,
                 "--lease-duration",
                 "3s",
+                "--lease-renew-deadline",
+                "2s",
+                "--lease-retry-period",
+                "500ms",
             ])
             .env("KUBECONFIG", env.kubeconfig_path())
             .env("POD_NAME", identity)
