@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::exporter::Exporter;
 use support::operator::Operator;
-use support::process::{Launch, OperatorProcess};
+use support::process::{Launch, OperatorProcess, kubeconfig_with_token};
 use support::{TestEnv, wait_until};
 
 const POLICY_DIR: &str = "charts/backlog-operator/policies";
@@ -1670,8 +1670,13 @@ fn kill_9_at_random_points_never_duplicates_or_skips_a_batch(env: &TestEnv) {
     use rand::{RngExt, SeedableRng};
     const KILLS: usize = 20;
     const PER_WAVE: usize = 3;
-    set_up(env);
+    let token = set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-kill9");
+    env.block_on(support::identity::ensure_service_account(
+        env,
+        &namespace,
+        WORKER_ACCOUNT,
+    ));
     let duplicates = Duplicates::start(env, &namespace, 0.0);
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     let seed: u64 = std::time::SystemTime::now()
@@ -1686,7 +1691,8 @@ fn kill_9_at_random_points_never_duplicates_or_skips_a_batch(env: &TestEnv) {
             namespace: namespace.clone(),
             prometheus: Some(env.prometheus_url().to_owned()),
             election: None,
-            kubeconfig: None,
+            // As the operator's ServiceAccount: only it may write replay status.
+            kubeconfig: Some(kubeconfig_with_token(env, &token, &namespace)),
         },
     );
     let mut replays: Vec<(String, Vec<String>)> = Vec::new();

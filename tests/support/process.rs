@@ -262,6 +262,21 @@ fn strip_colours(line: &str) -> String {
     out
 }
 
+/// A copy of the cluster's kubeconfig whose users authenticate with `token` only (e.g. a
+/// ServiceAccount's, so the process acts as that account).
+pub fn kubeconfig_with_token(env: &TestEnv, token: &str, name: &str) -> PathBuf {
+    let text = std::fs::read_to_string(env.kubeconfig_path()).expect("the kubeconfig");
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&text).expect("kubeconfig YAML");
+    for user in config["users"].as_sequence_mut().expect("users").iter_mut() {
+        let mut auth = serde_yaml::Mapping::new();
+        auth.insert("token".into(), token.into());
+        user["user"] = serde_yaml::Value::Mapping(auth);
+    }
+    let path = env.cluster().state_dir().join(format!("kubeconfig-{name}"));
+    std::fs::write(&path, serde_yaml::to_string(&config).expect("YAML")).expect("write");
+    path
+}
+
 /// A copy of the cluster's kubeconfig that reaches the API server at `address` (a proxy).
 pub fn kubeconfig_through(env: &TestEnv, address: std::net::SocketAddr, name: &str) -> PathBuf {
     let text = std::fs::read_to_string(env.kubeconfig_path()).expect("the kubeconfig");
