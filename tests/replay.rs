@@ -30,6 +30,7 @@ use sha2::{Digest, Sha256};
 use support::exporter::Exporter;
 use support::operator::Operator;
 use support::process::{Launch, OperatorProcess, kubeconfig_with_token};
+use support::refusal::{assert_mentions, refused};
 use support::{TestEnv, wait_until};
 
 const POLICY_DIR: &str = "charts/backlog-operator/policies";
@@ -350,24 +351,6 @@ async fn approve_as(
         json!({"spec": {"approval": {"approvedBy": approver, "reference": "CAB-2026-118", "scopeSha256": sha}}}),
     )
     .await
-}
-
-/// The API server's refusal; panics if the request went through.
-fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) -> String {
-    match result {
-        Err(kube::Error::Api(status)) => status.message,
-        Err(other) => panic!("{what}: expected a refusal from the API server, got {other}"),
-        Ok(accepted) => panic!("{what}: the API server accepted it: {accepted:?}"),
-    }
-}
-
-fn assert_mentions(message: &str, fragments: &[&str], what: &str) {
-    for fragment in fragments {
-        assert!(
-            message.contains(fragment),
-            "{what}: {fragment:?} is not in the server's message: {message}"
-        );
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 use support::helm::Helm;
 use support::identity::{client_with_token, service_account_token};
 use support::operator::Operator;
+use support::refusal::{assert_mentions, refused};
 use support::{TestEnv, wait_until};
 
 fn main() -> ExitCode {
@@ -283,24 +284,6 @@ async fn patch_status(
     Api::<ReplayJob>::namespaced(client.clone(), namespace)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await
-}
-
-/// The API server's refusal; panics if the request went through.
-fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) -> String {
-    match result {
-        Err(kube::Error::Api(status)) => status.message,
-        Err(other) => panic!("{what}: expected a refusal from the API server, got {other}"),
-        Ok(accepted) => panic!("{what}: the API server accepted it: {accepted:?}"),
-    }
-}
-
-fn assert_mentions(message: &str, fragments: &[&str], what: &str) {
-    for fragment in fragments {
-        assert!(
-            message.contains(fragment),
-            "{what}: {fragment:?} is not in the message: {message}"
-        );
-    }
 }
 
 fn sha256_hex(text: &str) -> String {

@@ -28,6 +28,7 @@ pub mod helm;
 pub mod identity;
 pub mod operator;
 pub mod process;
+pub mod refusal;
 pub mod workload;
 
 use std::collections::BTreeMap;
