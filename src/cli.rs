@@ -80,6 +80,15 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "table")]
         output: crate::explain::Format,
     },
+    /// Size a topic and its consumer group: partitions, the useful consumer range, storage,
+    /// batch limits and hot keys, and a BacklogBudget that fits them.
+    Plan {
+        /// Plan file (see examples/plans/orders.yaml).
+        #[arg(value_name = "FILE")]
+        file: std::path::PathBuf,
+        #[arg(long, short = 'o', value_enum, default_value = "table")]
+        output: crate::plan::Format,
+    },
     /// Run the controllers against the cluster in the current kubeconfig (or in-cluster).
     Run(RunArgs),
     /// Print the version.

@@ -8,6 +8,7 @@ pub mod controller;
 pub mod explain;
 pub mod http;
 pub mod metrics_source;
+pub mod plan;
 pub mod served_workload;
 pub mod telemetry;
 pub mod watch;

@@ -41,6 +41,7 @@ fn main() -> ExitCode {
             Ok(true) => Ok(()),
             Err(error) => Err(error),
         },
+        cli::Command::Plan { file, output } => plan(&file, output),
         cli::Command::Run(args) => run(args),
         cli::Command::Version => {
             println!("backlog-operator {}", env!("CARGO_PKG_VERSION"));
@@ -54,6 +55,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn plan(
+    path: &std::path::Path,
+    output: backlog_operator::plan::Format,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use backlog_operator::plan::{self, Format};
+    let report = plan::plan_file(path)?;
+    let text = match output {
+        Format::Table => plan::table(&report)?,
+        Format::Json => plan::json(&report)?,
+        Format::Yaml => plan::yaml(&report)?,
+    };
+    print!("{text}");
+    if !text.ends_with('\n') {
+        println!();
+    }
+    Ok(())
 }
 
 fn crd(output_dir: Option<&std::path::Path>) -> Result<(), Box<dyn std::error::Error>> {

@@ -1,7 +1,8 @@
 //! The three CRDs as a real API server enforces them: every example is
 //! accepted under strict field validation, every object of the invalid corpus
 //! (`tests/invalid/*.yaml`) is refused with the message it expects, a
-//! replay's scope and requester cannot change after creation, and the printer
+//! replay's scope and requester cannot change after creation, the budget
+//! `plan` prints for each `examples/plans/*.yaml` is accepted, and the printer
 //! columns and the `backlog` category work in `kubectl get`.
 //!
 //! The CRDs installed in the server are the files in `crds/`;
@@ -44,6 +45,12 @@ fn main() -> ExitCode {
         printer_columns_show_in_the_server_table,
         kubectl_get_backlog_lists_all_three_kinds,
     ];
+    for path in yaml_files(&repo_path("examples/plans")) {
+        let name = format!("plan_budget_is_accepted::{}", file_name(&path));
+        tests.push(Test::new(name, move |env| {
+            plan_budget_is_accepted(env, &path)
+        }));
+    }
     for path in example_files() {
         let name = format!("example_is_accepted::{}", file_name(&path));
         tests.push(Test::new(name, move |env| example_is_accepted(env, &path)));
@@ -282,6 +289,33 @@ fn example_is_accepted(env: &TestEnv, path: &Path) {
         other => panic!("{}: unexpected kind {other:?}", path.display()),
     };
     typed.unwrap_or_else(|e| panic!("{}: stored {kind} does not parse: {e}", path.display()));
+}
+
+/// The BacklogBudget `backlog-operator plan` prints applies as it is, under strict field
+/// validation and every CEL rule.
+fn plan_budget_is_accepted(env: &TestEnv, path: &Path) {
+    let report = backlog_operator::plan::plan_file(path)
+        .unwrap_or_else(|e| panic!("{} does not plan: {e}", path.display()));
+    assert!(
+        report.budget.spec.max_replicas
+            <= i32::try_from(report.plan.partitions).unwrap_or(i32::MAX)
+    );
+    let mut object = serde_json::to_value(&report.budget).expect("serialize");
+    object["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("namespace");
+    let namespace = env.fresh_namespace("plan");
+    let created = env
+        .block_on(create_strict(&env.admin(), &namespace, &object))
+        .unwrap_or_else(|e| {
+            panic!(
+                "the budget planned from {} was refused: {e}",
+                path.display()
+            )
+        });
+    let stored = serde_json::to_value(&created).expect("serialize");
+    assert_kept(&object["spec"], &stored["spec"], "spec");
 }
 
 /// Proves the examples test can fail: with strict field validation an
