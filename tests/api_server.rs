@@ -521,6 +521,7 @@ fn showcase(kind: &str) -> (Value, Vec<(&'static str, Value)>) {
                 "drainTimeSeconds": 200.0,
                 "drainTime": "3m20s",
                 "explanation": "backlog 1234.5 drains in 3m20s at 7 replicas",
+                "capacityHeadroom": 1.75,
             }),
             vec![
                 ("Phase", json!("AtRisk")),
@@ -531,6 +532,7 @@ fn showcase(kind: &str) -> (Value, Vec<(&'static str, Value)>) {
                 ("Oldest", json!("4m2s")),
                 ("Deadline", json!("10m")),
                 ("Drain", json!("3m20s")),
+                ("Headroom", json!(1.75)),
                 (
                     "Reason",
                     json!("backlog 1234.5 drains in 3m20s at 7 replicas"),

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         support::tests![
             a_burst_scales_up_to_at_most_the_partitions_and_back_down,
             undrainable_load_is_reported_at_once,
+            a_past_peak_the_partitions_cannot_carry_shows_in_the_capacity_plan,
             an_hpa_on_the_target_is_a_conflict_and_nothing_is_written,
             a_statefulset_is_scaled_through_its_scale_subresource,
             the_operator_binary_serves_metrics_and_health,
@@ -62,6 +63,24 @@ consumer: {perReplicaRate: 200}
 budget:
   minReplicas: 1
   maxReplicas: 20
+  completionDeadline: 10m
+  capacity: {perReplicaRate: 200, reservedRetryShare: 0}
+"#;
+
+/// A peak of 3000/s, above the 2400/s that 12 partitions of 200/s complete, that is over
+/// before the budget exists; maxReplicas is the partition count.
+const PAST_PEAK: &str = r#"
+name: loop-past-peak
+duration: 40m
+partitions: 12
+initialReplicas: 4
+production:
+  - {from: 0s, rate: 3000}
+  - {from: 3m, rate: 300}
+consumer: {perReplicaRate: 200}
+budget:
+  minReplicas: 1
+  maxReplicas: 12
   completionDeadline: 10m
   capacity: {perReplicaRate: 200, reservedRetryShare: 0}
 "#;
@@ -221,6 +240,18 @@ fn undrainable_load_is_reported_at_once(env: &TestEnv) {
             .expect("status");
         let explanation = status.explanation.unwrap_or_default();
         assert!(explanation.contains("can never catch up"), "{explanation}");
+        // maxReplicas 20 over 12 partitions: 8 replicas that could only idle.
+        let plan = status
+            .conditions
+            .iter()
+            .find(|condition| condition.type_ == "CapacityPlan")
+            .expect("a CapacityPlan condition");
+        assert_eq!(
+            (plan.status.as_str(), plan.reason.as_str()),
+            ("False", "ReplicasAbovePartitions"),
+            "{}",
+            plan.message
+        );
         assert_eq!(
             status.desired_replicas,
             Some(12),
@@ -232,6 +263,94 @@ fn undrainable_load_is_reported_at_once(env: &TestEnv) {
             || async { replicas(env, &namespace, name).await == 12 },
         )
         .await;
+    });
+}
+
+/// The CapacityPlan condition of a budget, as (status, reason, message).
+async fn capacity_plan(
+    env: &TestEnv,
+    namespace: &str,
+    name: &str,
+) -> Option<(String, String, String)> {
+    let status = budget_status(env, namespace, name).await?.status?;
+    let condition = status
+        .conditions
+        .iter()
+        .find(|condition| condition.type_ == "CapacityPlan")?;
+    Some((
+        condition.status.clone(),
+        condition.reason.clone(),
+        condition.message.clone(),
+    ))
+}
+
+/// The 24-hour peak comes from Prometheus' history, so a budget created after the peak still
+/// sees it: healthy now, and told that the partitions cannot carry what yesterday brought.
+fn a_past_peak_the_partitions_cannot_carry_shows_in_the_capacity_plan(env: &TestEnv) {
+    let namespace = env.fresh_namespace("past-peak");
+    let name = "invoices";
+    env.block_on(async {
+        let model = model(PAST_PEAK);
+        deployment(env, &namespace, name, model.initial_replicas).await;
+        let _workload = serve(env, model.clone(), &namespace, name, SPEED, &namespace).await;
+        let budget = budget(name, &model, SPEED, serde_json::json!({}));
+        let rate = budget
+            .spec
+            .metrics
+            .produce_rate
+            .clone()
+            .expect("the served budget has a produce rate");
+        let capped = 12.0 * 200.0 * SPEED;
+        wait_until(
+            Duration::from_secs(30),
+            "Prometheus saw the peak above what 12 partitions complete",
+            || async {
+                prometheus_value(env, &format!("max_over_time(({rate})[1m:])"))
+                    .await
+                    .is_some_and(|peak| peak > capped)
+            },
+        )
+        .await;
+        wait_until(Duration::from_secs(30), "the peak is over", || async {
+            prometheus_value(env, &rate)
+                .await
+                .is_some_and(|now| now < capped / 2.0)
+        })
+        .await;
+
+        let _operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+        apply_budget(env, &namespace, &budget).await;
+        wait_until(
+            Duration::from_secs(30),
+            "CapacityPlan reports the peak as undrainable",
+            || async {
+                capacity_plan(env, &namespace, name)
+                    .await
+                    .is_some_and(|(status, reason, _)| {
+                        status == "False" && reason == "UndrainableAtPeak"
+                    })
+            },
+        )
+        .await;
+        let (_, _, message) = capacity_plan(env, &namespace, name)
+            .await
+            .expect("condition");
+        // 3000/s over 200/s per replica: 15 partitions.
+        assert!(message.contains("15 partitions"), "{message}");
+        let status = budget_status(env, &namespace, name)
+            .await
+            .and_then(|b| b.status)
+            .expect("status");
+        assert_ne!(
+            status.phase,
+            Some(BudgetPhase::Undrainable),
+            "the load of now drains"
+        );
+        let headroom = status.capacity_headroom.expect("a headroom");
+        assert!(
+            (0.75..0.85).contains(&headroom),
+            "12 × 200 over 3000 is 0.8, got {headroom}"
+        );
     });
 }
 

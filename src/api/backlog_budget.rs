@@ -69,6 +69,13 @@ pub use crate::core::phase::BudgetPhase;
         json_path = ".metadata.creationTimestamp"
     ),
     printcolumn(
+        name = "Headroom",
+        type_ = "number",
+        json_path = ".status.capacityHeadroom",
+        description = "What the replica cap completes over the produce rate's 24-hour peak",
+        priority = 1
+    ),
+    printcolumn(
         name = "Reason",
         type_ = "string",
         json_path = ".status.explanation",
@@ -476,6 +483,11 @@ pub struct BacklogBudgetStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
     pub event_classes: Vec<EventClassStatus>,
+    /// What the replica cap (maxReplicas and the partitions) completes over the highest
+    /// produce rate of the last 24 hours: 2.0 is twice the peak, below 1 the peak cannot
+    /// drain. Absent while either is unknown; the `CapacityPlan` condition says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_headroom: Option<f64>,
     /// Name of the consumer control document ConfigMap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_document: Option<String>,
@@ -483,7 +495,8 @@ pub struct BacklogBudgetStatus {
     /// the ConfigMap is deleted or edited by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_document_revision: Option<i64>,
-    /// `MetricsAvailable`, `PartitionLimited`, `DeadlineAtRisk`, `ScalingActive`, `Conflict`.
+    /// `MetricsAvailable`, `PartitionLimited`, `DeadlineAtRisk`, `ScalingActive`, `Conflict`,
+    /// `CapacityPlan`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

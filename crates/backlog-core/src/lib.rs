@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod budget_config;
+pub mod capacity_check;
 pub mod capacity_plan;
 pub mod class_breaker;
 pub mod classification;

@@ -78,6 +78,9 @@ pub struct UsedValues {
     pub partitions: Option<u32>,
     pub per_replica_rate: Option<f64>,
     pub per_replica_rate_measured: bool,
+    /// The rate was measured on consumers that were not saturated: only a lower bound of
+    /// their capacity.
+    pub per_replica_rate_is_lower_bound: bool,
     pub replicas: u32,
 }
 
@@ -344,6 +347,7 @@ fn gather(
         }
     };
     used.per_replica_rate = per_replica_rate;
+    used.per_replica_rate_is_lower_bound = capacity_is_lower_bound;
 
     let produce_rate = match (config.produce_rate_configured, produce_rate, backlog) {
         (true, rate, _) => rate,

@@ -26,7 +26,7 @@ use crate::core::scaling::{
 
 use super::facts::{BudgetFacts, ScalingFacts};
 use super::inputs::{conflict_inputs, scaling_inputs};
-use super::{classes, control_document, status};
+use super::{capacity, classes, control_document, status};
 
 /// How soon a budget whose spec cannot be used is looked at again.
 pub const INVALID_RETRY: Duration = Duration::from_secs(30);
@@ -167,6 +167,14 @@ pub fn decide(
         )));
     }
     let next = status::after_decision(previous, &decision, generation, now);
+    let next = match &observed.scaling {
+        ScalingFacts::Observed(metrics) => {
+            let check = capacity::capacity_of(config, &decision.used, metrics, &observed.policy);
+            capacity::record(next, &check, generation, now)
+        }
+        // Nothing was asked while another autoscaler owns the target.
+        ScalingFacts::OwnedElsewhere(_) => next,
+    };
     let next = classes.record(next, generation, now);
     let document =
         control_document::prepare(budget, &observed.policy, &observed.configmap, &next, now);

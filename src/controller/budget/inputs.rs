@@ -33,10 +33,21 @@ pub struct MetricObservations {
     pub retry_rate: Option<Observation>,
     pub quarantine_rate: Option<Observation>,
     pub partitions: Option<Observation>,
+    /// The highest produce rate of the last 24 hours, for the capacity plan check.
+    pub peak_produce_rate: Option<Observation>,
     /// The `backlog` query of every class that has one, in spec order. Only the classes held
     /// after this poll's breaker step are taken out of the scaling input; the others are
     /// asked anyway so that one gathering serves whatever the step decides.
     pub class_backlogs: Vec<(String, Observation)>,
+}
+
+/// How long the 24-hour peak is reused: it moves slowly, and its subquery is the dearest.
+pub const PEAK_REFRESH: Duration = Duration::from_secs(300);
+
+/// The highest value of `expression` over the last 24 hours, at the server's evaluation
+/// interval.
+pub fn peak_expression(expression: &str) -> String {
+    format!("max_over_time(({expression})[24h:])")
 }
 
 /// Evaluates the budget's scaling queries; without a Prometheus each fails with the reason.
@@ -66,6 +77,20 @@ pub async fn observe_metrics(
             (class, queries.query_at(address, &expression, max_age).await)
         },
     ));
+    let peak = async {
+        match &metrics.produce_rate {
+            None => None,
+            Some(expression) => Some(
+                queries
+                    .query_at(
+                        address,
+                        &peak_expression(expression),
+                        PEAK_REFRESH.max(max_age),
+                    )
+                    .await,
+            ),
+        }
+    };
     let (
         backlog,
         oldest_age,
@@ -74,6 +99,7 @@ pub async fn observe_metrics(
         retry_rate,
         quarantine_rate,
         partitions,
+        peak_produce_rate,
         class_backlogs,
     ) = tokio::join!(
         ask(Some(metrics.backlog.clone())),
@@ -83,6 +109,7 @@ pub async fn observe_metrics(
         ask(metrics.retry_rate.clone()),
         ask(metrics.quarantine_rate.clone()),
         ask(metrics.partitions.clone()),
+        peak,
         class_backlogs,
     );
     MetricObservations {
@@ -93,6 +120,7 @@ pub async fn observe_metrics(
         retry_rate,
         quarantine_rate,
         partitions,
+        peak_produce_rate,
         class_backlogs,
     }
 }
@@ -200,6 +228,7 @@ mod tests {
             retry_rate: None,
             quarantine_rate: None,
             partitions: None,
+            peak_produce_rate: None,
             class_backlogs: vec![
                 ("refund".into(), v(40.0)),
                 ("order".into(), v(10.0)),

@@ -1,6 +1,7 @@
 //! The BacklogBudget controller: scales a workload to meet its deadline.
 
 mod apply;
+mod capacity;
 pub mod classes;
 mod conflict;
 pub mod control_document;

@@ -67,6 +67,7 @@ fn facts(backlog: f64, rate: f64, replicas: u32, ratio: f64) -> BudgetFacts {
             retry_rate: None,
             quarantine_rate: None,
             partitions: None,
+            peak_produce_rate: None,
             class_backlogs: vec![],
         })),
         classes: vec![ClassObservations {
@@ -174,6 +175,56 @@ fn a_first_poll_scales_then_records_then_announces_then_publishes_the_document()
     assert_eq!(plan.requeue, Duration::from_secs(1));
     let ready = find(&plan.status.conditions, readiness::READY).unwrap();
     assert_eq!(ready.status, "True");
+}
+
+/// `facts` with the produce rate's 24-hour peak at `peak`.
+fn facts_with_peak(rate: f64, replicas: u32, peak: Option<Observation>) -> BudgetFacts {
+    let mut facts = facts(0.0, rate, replicas, 0.0);
+    if let BudgetFacts::Observed(observed) = &mut facts
+        && let ScalingFacts::Observed(metrics) = &mut observed.scaling
+    {
+        metrics.peak_produce_rate = peak;
+    }
+    facts
+}
+
+#[test]
+fn a_peak_the_partitions_cannot_carry_is_a_capacity_plan_problem_while_healthy() {
+    let budget = budget();
+    // Now 300/s, 3 replicas, healthy; yesterday's peak of 1500/s is above 12 × 100/s.
+    let plan = decide(
+        &BudgetSettings::of(&budget),
+        &facts_with_peak(300.0, 3, Some(value(1500.0))),
+        &BacklogBudgetStatus::default(),
+        at(100),
+    );
+    assert_eq!(plan.status.phase, Some(BudgetPhase::Healthy));
+    let condition = find(&plan.status.conditions, "CapacityPlan").unwrap();
+    assert_eq!(condition.status, "False");
+    assert_eq!(condition.reason, "UndrainableAtPeak");
+    assert!(
+        condition.message.contains("15 partitions"),
+        "{}",
+        condition.message
+    );
+    assert_eq!(plan.status.capacity_headroom, Some(0.8));
+
+    // A peak they carry fits, with its headroom; an unanswered peak query is unknown.
+    for (peak, status, headroom) in [
+        (Some(value(600.0)), "True", Some(2.0)),
+        (Some(Observation::Failed("timeout".into())), "Unknown", None),
+        (None, "Unknown", None),
+    ] {
+        let plan = decide(
+            &BudgetSettings::of(&budget),
+            &facts_with_peak(300.0, 3, peak),
+            &BacklogBudgetStatus::default(),
+            at(100),
+        );
+        let condition = find(&plan.status.conditions, "CapacityPlan").unwrap();
+        assert_eq!(condition.status, status, "{}", condition.message);
+        assert_eq!(plan.status.capacity_headroom, headroom);
+    }
 }
 
 #[test]

@@ -1,0 +1,172 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn fitting() -> CapacityFacts {
+    CapacityFacts {
+        max_replicas: 12,
+        partitions: Some(12),
+        per_replica_rate: Some(250.0),
+        reserved_retry_share: 0.0,
+        peak_produce_rate: Some(1500.0),
+        deadline_seconds: 600.0,
+        retry_worst_case: Some(("orders-retry".to_owned(), 120.0)),
+    }
+}
+
+#[test]
+fn a_budget_that_fits_says_by_how_much() {
+    let result = check(&fitting());
+    assert_eq!(result.condition.status, Truth::True);
+    assert_eq!(result.condition.reason, "Fits");
+    assert_eq!(result.headroom, Some(2.0));
+    assert!(
+        result.condition.message.contains("2.0×"),
+        "{}",
+        result.condition.message
+    );
+}
+
+#[test]
+fn replicas_above_the_partitions_are_named_with_the_fix() {
+    let result = check(&CapacityFacts {
+        max_replicas: 24,
+        ..fitting()
+    });
+    assert_eq!(result.condition.status, Truth::False);
+    assert_eq!(result.condition.reason, "ReplicasAbovePartitions");
+    assert!(
+        result
+            .condition
+            .message
+            .contains("lower spec.maxReplicas to 12")
+    );
+    // The idle replicas add no capacity: the headroom counts 12.
+    assert_eq!(result.headroom, Some(2.0));
+}
+
+#[test]
+fn a_peak_above_the_partitions_names_the_partitions_needed() {
+    let result = check(&CapacityFacts {
+        peak_produce_rate: Some(5000.0),
+        reserved_retry_share: 0.2,
+        ..fitting()
+    });
+    assert_eq!(result.condition.status, Truth::False);
+    assert_eq!(result.condition.reason, "UndrainableAtPeak");
+    // 250/s × 0.8 = 200/s per replica: 25 replicas, so 25 partitions.
+    assert!(
+        result.condition.message.contains("25 partitions"),
+        "{}",
+        result.condition.message
+    );
+    assert_eq!(result.headroom, Some(0.48));
+}
+
+#[test]
+fn a_peak_above_a_low_max_replicas_asks_for_more_replicas_not_partitions() {
+    let result = check(&CapacityFacts {
+        max_replicas: 4,
+        peak_produce_rate: Some(2000.0),
+        ..fitting()
+    });
+    assert_eq!(result.condition.reason, "UndrainableAtPeak");
+    assert!(
+        result
+            .condition
+            .message
+            .contains("raise spec.maxReplicas to 8")
+    );
+}
+
+#[test]
+fn a_deadline_below_the_retry_worst_case_links_the_policy() {
+    let result = check(&CapacityFacts {
+        retry_worst_case: Some(("orders-retry".to_owned(), 900.0)),
+        ..fitting()
+    });
+    assert_eq!(result.condition.reason, "DeadlineBelowRetryWorstCase");
+    assert!(
+        result
+            .condition
+            .message
+            .contains("RetryPolicy orders-retry")
+    );
+    assert!(result.condition.message.contains("DeadlineConflict"));
+}
+
+#[test]
+fn every_problem_is_in_the_message_and_the_first_is_the_reason() {
+    let result = check(&CapacityFacts {
+        max_replicas: 24,
+        peak_produce_rate: Some(9000.0),
+        retry_worst_case: Some(("p".to_owned(), 900.0)),
+        ..fitting()
+    });
+    assert_eq!(result.condition.reason, "ReplicasAbovePartitions");
+    for part in [
+        "spec.maxReplicas 24",
+        "cannot drain",
+        "worst-case retry delay",
+    ] {
+        assert!(result.condition.message.contains(part), "{part}");
+    }
+}
+
+#[test]
+fn unknown_measurements_are_unknown_never_zero() {
+    for facts in [
+        CapacityFacts {
+            per_replica_rate: None,
+            ..fitting()
+        },
+        CapacityFacts {
+            peak_produce_rate: None,
+            ..fitting()
+        },
+        CapacityFacts {
+            peak_produce_rate: Some(f64::NAN),
+            ..fitting()
+        },
+        CapacityFacts {
+            partitions: None,
+            ..fitting()
+        },
+    ] {
+        let result = check(&facts);
+        assert_eq!(result.condition.status, Truth::Unknown, "{facts:?}");
+        assert_eq!(result.headroom, None);
+    }
+    // What is known is still checked.
+    let result = check(&CapacityFacts {
+        max_replicas: 30,
+        per_replica_rate: None,
+        ..fitting()
+    });
+    assert_eq!(result.condition.reason, "ReplicasAbovePartitions");
+}
+
+proptest! {
+    #[test]
+    fn fits_exactly_when_the_cap_carries_the_peak(
+        max in 1u32..64, partitions in 1u32..64, rate in 1.0f64..1000.0,
+        reserve in 0.0f64..0.9, peak in 0.0f64..50_000.0,
+    ) {
+        let facts = CapacityFacts {
+            max_replicas: max,
+            partitions: Some(partitions),
+            per_replica_rate: Some(rate),
+            reserved_retry_share: reserve,
+            peak_produce_rate: Some(peak),
+            deadline_seconds: 600.0,
+            retry_worst_case: None,
+        };
+        let result = check(&facts);
+        let carries = f64::from(max.min(partitions)) * rate * (1.0 - reserve) >= peak;
+        let fits = result.condition.status == Truth::True;
+        prop_assert_eq!(fits, carries && max <= partitions);
+        if result.condition.reason == "UndrainableAtPeak" {
+            prop_assert!(!carries);
+        }
+    }
+}
