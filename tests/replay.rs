@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::exporter::Exporter;
 use support::operator::Operator;
+use support::process::{Launch, OperatorProcess, kubeconfig_with_token};
 use support::refusal::{assert_mentions, refused};
 use support::{TestEnv, wait_until};
 
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
             a_restarted_operator_creates_one_job_per_stage,
             the_jobs_indices_cover_every_id_exactly_once,
             a_template_the_api_server_refuses_is_reported_before_the_start,
+            kill_9_at_random_points_never_duplicates_or_skips_a_batch,
         ],
         true,
     )
@@ -1287,7 +1289,13 @@ fn suspend_and_resume_toggle_the_running_job(env: &TestEnv) {
                 job.spec.and_then(|s| s.suspend) == Some(want)
             }
         };
-        assert!(suspended_is(false).await);
+        // Created suspended, resumed once its uid is recorded.
+        wait_until(
+            Duration::from_secs(10),
+            "the operator resumes the canary Job it created suspended",
+            || suspended_is(false),
+        )
+        .await;
         let pods = Api::<Pod>::namespaced(admin.clone(), &namespace);
         let selector = format!("batch.kubernetes.io/job-name={}", canary.name_any());
         let running_pods = || {
@@ -1681,4 +1689,127 @@ fn replayed_batches(batches: &[usize], lines: &[&str], sizes: &[usize]) -> Vec<u
         .zip(sizes)
         .flat_map(|(batch, size)| std::iter::repeat_n(*batch as u64, *size))
         .collect()
+}
+
+/// The operator is a process of its own, killed with SIGKILL at random moments while replays
+/// with a canary, a verification and a main stage run on the node, and started again each time.
+/// Across all kills: one Job per stage, and the workers replayed every id exactly once.
+fn kill_9_at_random_points_never_duplicates_or_skips_a_batch(env: &TestEnv) {
+    use rand::{RngExt, SeedableRng};
+    const KILLS: usize = 20;
+    const PER_WAVE: usize = 3;
+    let token = set_up(env);
+    let namespace = env.fresh_restricted_namespace("replay-kill9");
+    env.block_on(support::identity::ensure_service_account(
+        env,
+        &namespace,
+        WORKER_ACCOUNT,
+    ));
+    let duplicates = Duplicates::start(env, &namespace, 0.0);
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    let seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7);
+    let mut random = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut operator = OperatorProcess::start(
+        env,
+        Launch {
+            identity: format!("{namespace}-op"),
+            namespace: namespace.clone(),
+            prometheus: Some(env.prometheus_url().to_owned()),
+            election: None,
+            // As the operator's ServiceAccount: only it may write replay status.
+            kubeconfig: Some(kubeconfig_with_token(env, &token, &namespace)),
+        },
+    );
+    let mut replays: Vec<(String, Vec<String>)> = Vec::new();
+    let mut kills_during_replays = 0;
+    let started = std::time::Instant::now();
+    env.block_on(async {
+        while kills_during_replays < KILLS {
+            // A wave of replays on queues of their own, so they run side by side.
+            let mut running = false;
+            for (name, _) in &replays {
+                let replay = get_replay(&alice, &namespace, name).await;
+                running |= !matches!(phase(&replay), Some(ReplayPhase::Succeeded));
+            }
+            if !running {
+                let wave = replays.len() / PER_WAVE;
+                for queue in 0..PER_WAVE {
+                    let name = format!("orders-{wave}-{queue}");
+                    let list = ids(&name, 7);
+                    let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+                    let mut body = replay_body(&name, "alice", &refs, Some(&duplicates.check()));
+                    body["spec"]["source"]["queue"] = json!(format!("{name}.dlq"));
+                    create_as(&alice, &namespace, body).await.expect("alice creates");
+                    approve_as(&bob, &namespace, &name, "bob").await.expect("bob approves");
+                    replays.push((name, list));
+                }
+            }
+            let after = Duration::from_millis(random.random_range(200..2500));
+            tokio::time::sleep(after).await;
+            // Only kills while a replay is under way count; otherwise the next wave starts.
+            let mut under_way = false;
+            for (name, _) in &replays {
+                let replay = get_replay(&alice, &namespace, name).await;
+                under_way |= !matches!(phase(&replay), Some(ReplayPhase::Succeeded));
+            }
+            if under_way {
+                operator.kill();
+                kills_during_replays += 1;
+                operator.restart();
+            }
+        }
+        for (name, _) in &replays {
+            wait_until(JOB_RUN, &format!("ReplayJob {name} succeeds"), || async {
+                let replay = get_replay(&alice, &namespace, name).await;
+                match phase(&replay) {
+                    Some(ReplayPhase::Succeeded) => Ok(()),
+                    other => Err(format!(
+                        "{other:?}: {:?}",
+                        replay.status.and_then(|s| s.message)
+                    )),
+                }
+            })
+            .await;
+        }
+        let mut duplicate_jobs = 0;
+        let mut twice = 0;
+        let mut skipped = 0;
+        for (name, list) in &replays {
+            let jobs = jobs_of(&admin, &namespace, name).await;
+            for stage in ["canary", "main"] {
+                let count = jobs.get(stage).map_or(0, Vec::len);
+                assert!(count >= 1, "{name} has no {stage} Job");
+                duplicate_jobs += count - 1;
+            }
+            let mut done = Vec::new();
+            for stage in ["canary", "main"] {
+                for job in &jobs[stage] {
+                    done.extend(replayed_ids(env, &namespace, &job.name_any()).await);
+                }
+            }
+            for id in list {
+                match done.iter().filter(|d| *d == id).count() {
+                    0 => skipped += 1,
+                    1 => {}
+                    n => twice += n - 1,
+                }
+            }
+            assert_eq!(&done, list, "{name}: every id exactly once, in order");
+        }
+        assert_eq!(
+            all_jobs(&admin, &namespace).await.len(),
+            2 * replays.len(),
+            "one canary and one main Job per replay"
+        );
+        assert_eq!((duplicate_jobs, twice, skipped), (0, 0, 0));
+        eprintln!(
+            "fault-report: kill -9: {kills_during_replays} kills at random points (seed {seed}) during {} replays (canary, verification, main) run by the node's Job controller in {:.0}s; duplicate Jobs {duplicate_jobs}, batches run twice {twice}, batches skipped {skipped}",
+            replays.len(),
+            started.elapsed().as_secs_f64()
+        );
+    });
+    duplicates.stop(env);
 }

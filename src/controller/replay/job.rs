@@ -247,7 +247,9 @@ pub fn build(
             backoff_limit_per_index: small(shape.backoff_limit_per_index),
             max_failed_indexes: small(shape.max_failed_indexes),
             active_deadline_seconds: shape.active_deadline_seconds,
-            suspend: Some(false),
+            // Created suspended, resumed once the status records its uid: a Job that vanishes
+            // before that record ran nothing, so the stage can be created again safely.
+            suspend: Some(true),
             template,
             ..JobSpec::default()
         }),

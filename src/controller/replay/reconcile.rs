@@ -29,6 +29,7 @@ use crate::core::replay_plan::{
 };
 use crate::metrics_source::NO_PROMETHEUS;
 
+use super::adopt;
 use super::audit::{self, Subject};
 use super::facts::{
     created, key, observe_job, queue_key, queue_member, recorded_halt, recorded_stages,
@@ -171,7 +172,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     };
 
     // The Jobs under their deterministic names, read from the API server (not a cache).
-    let mut observed = Vec::new();
+    let mut found_jobs = Vec::new();
     if frozen.is_ok() {
         for stage in StageName::ALL {
             let job_name = job_name(&name, &uid, stage);
@@ -179,12 +180,19 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
                 .get_opt(&job_name)
                 .await
                 .during(|| ApiCall::on::<Job>(Verb::Get, &namespace, &job_name))?;
-            observed.push((stage, observe_job(found.as_ref())));
+            found_jobs.push((stage, found));
         }
     }
+    let observed = found_jobs
+        .iter()
+        .map(|(stage, found)| (*stage, observe_job(found.as_ref())))
+        .collect();
 
     let plan = BatchPlan::new(spec.batches.canary, spec.batches.size);
     let pacing = pacing(replay);
+    if let Ok(frozen) = &frozen {
+        adopt_unrecorded_jobs(ctx, replay, &jobs, &previous, frozen, pacing, &found_jobs).await?;
+    }
     let approval = check_approval(
         &spec.requested_by,
         spec.approval.as_ref().map(|a| ApprovalClaim {
@@ -417,22 +425,36 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
         )
         .await;
     }
+    // A Job is resumed only once the status as read records its uid: until then, a crash
+    // could leave a Job that ran under no record. The write above records it; look again soon.
+    let mut resume_later = false;
     if let Some(Action::Suspend { job, suspend }) = &decision.action {
-        job::set_suspend(&jobs, job, *suspend)
-            .await
-            .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, job))?;
-        let (reason, note) = if *suspend {
-            ("JobSuspended", format!("Job {job} suspended"))
+        let recorded = previous
+            .stages
+            .iter()
+            .any(|stage| stage.job == *job && stage.job_uid.is_some());
+        if !*suspend && !recorded {
+            resume_later = true;
         } else {
-            ("JobResumed", format!("Job {job} resumed"))
-        };
-        publish(ctx, replay, EventType::Normal, reason, note).await;
+            job::set_suspend(&jobs, job, *suspend)
+                .await
+                .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, job))?;
+            let (reason, note) = if *suspend {
+                ("JobSuspended", format!("Job {job} suspended"))
+            } else {
+                ("JobResumed", format!("Job {job} resumed"))
+            };
+            publish(ctx, replay, EventType::Normal, reason, note).await;
+        }
     }
     if ended(next.phase) && next.audit_config_map.is_none() {
         archive(ctx, replay, &next, version.as_deref(), now).await?;
     }
     announce(ctx, replay, &previous, &next).await;
 
+    if resume_later {
+        return Ok(Requeue::requeue(Duration::from_secs(1)));
+    }
     Ok(Requeue::requeue(decision.recheck_after.unwrap_or(
         if ended(next.phase) {
             ENDED_RECHECK
@@ -440,6 +462,55 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
             IDLE_RECHECK
         },
     )))
+}
+
+/// Remembers, as if this process had created it, the Job of a started stage that the status
+/// does not record when it is exactly the Job the operator would create (see [`adopt`]): the
+/// create whose answer a killed operator never recorded. Anything else stays foreign.
+async fn adopt_unrecorded_jobs(
+    ctx: &ReplayContext,
+    replay: &ReplayJob,
+    jobs: &Api<Job>,
+    previous: &ReplayJobStatus,
+    frozen: &crate::api::replay_job::FrozenScope,
+    pacing: Pacing,
+    found_jobs: &[(StageName, Option<Job>)],
+) -> Result<(), Error> {
+    let uid = replay.uid().unwrap_or_default();
+    let namespace = replay.namespace().unwrap_or_default();
+    for record in recorded_stages(previous) {
+        let stage = record.stage.name;
+        if record.started_at.is_none()
+            || record.job_uid.is_some()
+            || ctx.children.recall(&uid, Child::Job(stage)).is_some()
+        {
+            continue;
+        }
+        let Some(found) = found_jobs
+            .iter()
+            .find(|(s, _)| *s == stage)
+            .and_then(|(_, job)| job.as_ref())
+        else {
+            continue;
+        };
+        let worker = ctx.base.worker_policy.default_account();
+        let Some(intended) = job::build(replay, &record, frozen, pacing, worker) else {
+            continue;
+        };
+        let defaulted = timed(
+            || format!("validating Job {namespace}/{} to compare it", record.job),
+            adopt::defaulted(jobs, &intended),
+        )
+        .await?
+        .during(|| ApiCall::on::<Job>(Verb::Validate, &namespace, &record.job))?;
+        if defaulted.is_some_and(|defaulted| adopt::same_workload(&defaulted, found)) {
+            let job_uid = found.uid().unwrap_or_default();
+            info!(replay = %replay.name_any(), namespace = %namespace, job = %record.job, job_uid = %job_uid, stage = %stage, "adopted the stage's Job whose create was not recorded: it is exactly the Job the operator creates");
+            ctx.children
+                .remember(&uid, Child::Job(stage), Created::Uid(job_uid));
+        }
+    }
+    Ok(())
 }
 
 /// Writes one audit line per transition.

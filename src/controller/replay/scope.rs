@@ -93,9 +93,9 @@ pub async fn freeze(
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let name = scope_config_map_name(&replay.name_any(), uid);
 
-    // A ConfigMap under the name is the frozen list only if this process created it and the
-    // status write recording it did not happen (yet): then it is the list, whatever the source
-    // says by now. Otherwise someone else put it there.
+    // A ConfigMap under the name that this process created, and whose record in the status
+    // did not happen (yet), is the list, whatever the source says by now. One it does not
+    // remember is adopted only if it is exactly what would be created now.
     let existing = match config_maps.get_opt(&name).await {
         Ok(existing) => existing,
         Err(kube::Error::Api(status)) if status.code == 403 => {
@@ -108,7 +108,7 @@ pub async fn freeze(
     if let Some(existing) = existing {
         let existing_uid = existing.uid().unwrap_or_default();
         if memory.recall(uid, Child::Scope) != Some(Created::Uid(existing_uid.clone())) {
-            return Ok(foreign(&name));
+            return adopt_or_refuse(replay, &config_maps, &name, existing, now).await;
         }
         let text = existing
             .data
@@ -143,85 +143,15 @@ pub async fn freeze(
         });
     }
 
-    let checked = match source(replay) {
-        Source::None => {
-            return Ok(Freeze::NotFrozen {
-                message: ScopeProblem::NoEventIds.to_string(),
-                permanent: true,
-            });
-        }
-        // The inline list is immutable: a problem with it never goes away.
-        Source::Inline(ids) => match check_id_list(ids, "spec.scope.eventIds")
-            .and_then(|ids| freeze_ids(ids, "spec.scope.eventIds"))
-        {
-            Ok(frozen) => frozen,
-            Err(problem) => {
-                return Ok(Freeze::NotFrozen {
-                    message: format!("{problem}; create a new ReplayJob with a corrected list"),
-                    permanent: true,
-                });
-            }
-        },
-        // The source ConfigMap can still be fixed until the scope is frozen.
-        Source::ConfigMap { name: source, key } => {
-            let found = match config_maps.get_opt(source).await {
-                Ok(found) => found,
-                Err(kube::Error::Api(status)) if status.code == 403 => {
-                    return Ok(not_yet(not_permitted("read", namespace, &status.message)));
-                }
-                Err(error) => {
-                    return Err(error)
-                        .during(|| ApiCall::on::<ConfigMap>(Verb::Get, namespace, source));
-                }
-            };
-            let Some(found) = found else {
-                return Ok(not_yet(format!(
-                    "spec.scope.eventIdsFrom: ConfigMap {source} does not exist in namespace {namespace}; create it with the event ids one per line under key {key}"
-                )));
-            };
-            let Some(text) = found.data.as_ref().and_then(|d| d.get(key)) else {
-                return Ok(not_yet(format!(
-                    "spec.scope.eventIdsFrom: ConfigMap {source} has no key {key}; put the event ids there, one per line"
-                )));
-            };
-            let source_name = format!("spec.scope.eventIdsFrom (ConfigMap {source} key {key})");
-            match parse_id_lines(text, &source_name).and_then(|ids| freeze_ids(ids, &source_name)) {
-                Ok(frozen) => frozen,
-                Err(problem) => return Ok(not_yet(problem.to_string())),
-            }
-        }
+    let checked = match intended_ids(replay, &config_maps, namespace).await? {
+        Ok(checked) => checked,
+        Err(not_frozen) => return Ok(not_frozen),
     };
-
-    let Some(owner) = replay.controller_owner_ref(&()) else {
+    let Some(config_map) = intended(replay, namespace, &name, &checked) else {
         return Ok(not_yet(
             "the ReplayJob has no uid yet; the scope is frozen once the API server assigned one"
                 .to_owned(),
         ));
-    };
-    let config_map = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(BTreeMap::from([
-                (
-                    "app.kubernetes.io/managed-by".to_owned(),
-                    FIELD_MANAGER.to_owned(),
-                ),
-                (LABEL_REPLAY.to_owned(), replay.name_any()),
-            ])),
-            annotations: Some(BTreeMap::from([(
-                "backlog.dev/sha256".to_owned(),
-                checked.sha256().to_owned(),
-            )])),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(
-            EVENT_IDS_KEY.to_owned(),
-            checked.text().to_owned(),
-        )])),
-        immutable: Some(true),
-        ..ConfigMap::default()
     };
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -247,6 +177,161 @@ pub async fn freeze(
             Err(error).during(|| ApiCall::on::<ConfigMap>(Verb::Create, namespace, &name))
         }
     }
+}
+
+/// The ids the scope would freeze now, from the spec's source; `Err` says why not yet.
+async fn intended_ids(
+    replay: &ReplayJob,
+    config_maps: &Api<ConfigMap>,
+    namespace: &str,
+) -> Result<Result<FrozenIds, Freeze>, Error> {
+    Ok(Ok(match source(replay) {
+        Source::None => {
+            return Ok(Err(Freeze::NotFrozen {
+                message: ScopeProblem::NoEventIds.to_string(),
+                permanent: true,
+            }));
+        }
+        // The inline list is immutable: a problem with it never goes away.
+        Source::Inline(ids) => match check_id_list(ids, "spec.scope.eventIds")
+            .and_then(|ids| freeze_ids(ids, "spec.scope.eventIds"))
+        {
+            Ok(frozen) => frozen,
+            Err(problem) => {
+                return Ok(Err(Freeze::NotFrozen {
+                    message: format!("{problem}; create a new ReplayJob with a corrected list"),
+                    permanent: true,
+                }));
+            }
+        },
+        // The source ConfigMap can still be fixed until the scope is frozen.
+        Source::ConfigMap { name: source, key } => {
+            let found = match config_maps.get_opt(source).await {
+                Ok(found) => found,
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    return Ok(Err(not_yet(not_permitted(
+                        "read",
+                        namespace,
+                        &status.message,
+                    ))));
+                }
+                Err(error) => {
+                    return Err(error)
+                        .during(|| ApiCall::on::<ConfigMap>(Verb::Get, namespace, source));
+                }
+            };
+            let Some(found) = found else {
+                return Ok(Err(not_yet(format!(
+                    "spec.scope.eventIdsFrom: ConfigMap {source} does not exist in namespace {namespace}; create it with the event ids one per line under key {key}"
+                ))));
+            };
+            let Some(text) = found.data.as_ref().and_then(|d| d.get(key)) else {
+                return Ok(Err(not_yet(format!(
+                    "spec.scope.eventIdsFrom: ConfigMap {source} has no key {key}; put the event ids there, one per line"
+                ))));
+            };
+            let source_name = format!("spec.scope.eventIdsFrom (ConfigMap {source} key {key})");
+            match parse_id_lines(text, &source_name).and_then(|ids| freeze_ids(ids, &source_name)) {
+                Ok(frozen) => frozen,
+                Err(problem) => return Ok(Err(not_yet(problem.to_string()))),
+            }
+        }
+    }))
+}
+
+/// The frozen scope's ConfigMap for `checked`; `None` while the replay has no uid.
+fn intended(
+    replay: &ReplayJob,
+    namespace: &str,
+    name: &str,
+    checked: &FrozenIds,
+) -> Option<ConfigMap> {
+    let owner = replay.controller_owner_ref(&())?;
+    Some(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    FIELD_MANAGER.to_owned(),
+                ),
+                (LABEL_REPLAY.to_owned(), replay.name_any()),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                "backlog.dev/sha256".to_owned(),
+                checked.sha256().to_owned(),
+            )])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            EVENT_IDS_KEY.to_owned(),
+            checked.text().to_owned(),
+        )])),
+        immutable: Some(true),
+        ..ConfigMap::default()
+    })
+}
+
+/// A ConfigMap under the scope's name that this process does not remember creating: the
+/// operator's own when it died between the create and the status record, or someone else's.
+/// It is taken as the frozen scope only if it is byte for byte what the operator would create
+/// now (the same ids, immutable, owned by this replay): then it freezes what the operator
+/// would freeze, whoever created it. Anything else is foreign.
+async fn adopt_or_refuse(
+    replay: &ReplayJob,
+    config_maps: &Api<ConfigMap>,
+    name: &str,
+    existing: ConfigMap,
+    now: Timestamp,
+) -> Result<Freeze, Error> {
+    let namespace = replay.namespace().unwrap_or_default();
+    let checked = match intended_ids(replay, config_maps, &namespace).await? {
+        Ok(checked) => checked,
+        Err(_) => return Ok(foreign(name)),
+    };
+    match intended(replay, &namespace, name, &checked) {
+        Some(intended) if same_scope(&intended, &existing) => {
+            let existing_uid = existing.uid().unwrap_or_default();
+            tracing::info!(replay = %replay.name_any(), namespace = %namespace, configmap = %name, configmap_uid = %existing_uid, "adopted the frozen scope this replay's create left unrecorded");
+            Ok(Freeze::Frozen(frozen_scope(
+                name,
+                &existing_uid,
+                &checked,
+                existing
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .unwrap_or(now),
+            )))
+        }
+        _ => Ok(foreign(name)),
+    }
+}
+
+/// Whether `found` is the ConfigMap `intended` describes: the same data and nothing else,
+/// immutable, and controlled by the same replay.
+pub fn same_scope(intended: &ConfigMap, found: &ConfigMap) -> bool {
+    let binary_empty = found
+        .binary_data
+        .as_ref()
+        .is_none_or(|binary| binary.is_empty());
+    found.immutable == Some(true)
+        && binary_empty
+        && found.data == intended.data
+        && found.metadata.owner_references == intended.metadata.owner_references
+        && found
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("backlog.dev/sha256"))
+            == intended
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("backlog.dev/sha256"))
 }
 
 /// The operator may not touch ConfigMaps in the namespace: say who grants it.
@@ -301,4 +386,47 @@ pub async fn check(
             Err(changed) => ScopeCheck::Changed(changed),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config_map(ids: &str, immutable: bool, owner: &str) -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "orders-scope-5e3c",
+                "uid": "c-1",
+                "annotations": {"backlog.dev/sha256": "abc"},
+                "ownerReferences": [{
+                    "apiVersion": "backlog.dev/v1alpha1", "kind": "ReplayJob", "name": "orders",
+                    "uid": owner, "controller": true, "blockOwnerDeletion": true
+                }]
+            },
+            "data": {EVENT_IDS_KEY: ids},
+            "immutable": immutable
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_very_scope_the_operator_would_freeze_is_adopted() {
+        let intended = config_map("a\nb\n", true, "r-1");
+        assert!(same_scope(&intended, &config_map("a\nb\n", true, "r-1")));
+        for (what, found) in [
+            ("other ids", config_map("a\nc\n", true, "r-1")),
+            ("mutable", config_map("a\nb\n", false, "r-1")),
+            ("another owner", config_map("a\nb\n", true, "r-2")),
+        ] {
+            assert!(!same_scope(&intended, &found), "{what}");
+        }
+        let mut extra = config_map("a\nb\n", true, "r-1");
+        extra
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("more".into(), "x".into());
+        assert!(!same_scope(&intended, &extra), "an extra key");
+    }
 }

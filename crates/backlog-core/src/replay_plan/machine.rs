@@ -682,18 +682,11 @@ fn during(facts: &ReplayFacts, stages: Vec<StageRecord>) -> Decision {
                     );
                     return halt(facts, stages, "JobRejected", message);
                 }
-                if facts.creation_refused != Some(name) {
-                    // Either the operator stopped between recording the start and creating the
-                    // Job, or the Job was created and deleted before its uid was recorded; the
-                    // two cannot be told apart, and the second may have replayed events.
-                    let message = format!(
-                        "Job {} of the {name} stage was recorded as started, but no Job uid was recorded and no Job exists: either the operator stopped before creating it, or it was created and deleted before the operator recorded it. It is not created again (that could replay events twice); create a new ReplayJob for the events of this stage on",
-                        current.job
-                    );
-                    return halt(facts, stages, "JobNotRecorded", message);
-                }
-                // This process was told the Job was not created: create it now, under the same
-                // name — unless the replay was suspended since.
+                // No Job was created (the operator stopped before the create, or the create was
+                // refused), or one was created and deleted before its uid was recorded. Either
+                // way nothing ran: the operator creates its Jobs suspended and resumes one only
+                // once the status records its uid. Create it now, under the same name — unless
+                // the replay was suspended since.
                 if facts.suspend {
                     let message = format!(
                         "suspended (spec.suspend) before Job {} of the {name} stage was created; set spec.suspend to false to create it",

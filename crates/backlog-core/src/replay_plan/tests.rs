@@ -575,27 +575,24 @@ fn a_suspended_replay_does_not_start() {
 }
 
 #[test]
-fn a_stage_recorded_without_a_job_uid_is_never_created_again() {
+fn a_stage_recorded_without_a_job_is_created_under_the_same_name() {
     let mut f = facts(12);
     f.queue = Some(QueueState::Free);
     let started = decide(&f);
-    // The start was recorded, then the operator stopped (or the Job it created was deleted
-    // before its uid was recorded): the two look the same, and the second may have replayed.
-    let mut f = facts(12);
-    f.stages = started.stages.clone();
-    let decision = decide(&f);
-    assert_eq!(reason(&decision), Some("JobNotRecorded"));
-    assert_eq!(decision.action, None);
-    assert!(decision.message.contains("not created again"));
-    // Only when this process was told the create did not happen is it tried again, under the
-    // same name.
-    f.creation_refused = Some(StageName::Canary);
-    let decision = decide(&f);
-    assert_eq!(decision.phase, ReplayPhase::Canary);
-    let Some(Action::Start(record)) = decision.action else {
-        panic!("the stage should be created: {decision:?}");
-    };
-    assert_eq!(record, started.stages[0]);
+    // The start was recorded, then the operator stopped before the create (or its Job, created
+    // suspended, was deleted before its uid was recorded, so it ran nothing): create it, under
+    // the same record, whether or not this process saw a refused create.
+    for refused in [None, Some(StageName::Canary)] {
+        let mut f = facts(12);
+        f.stages = started.stages.clone();
+        f.creation_refused = refused;
+        let decision = decide(&f);
+        assert_eq!(decision.phase, ReplayPhase::Canary);
+        let Some(Action::Start(record)) = decision.action else {
+            panic!("the stage should be created: {decision:?}");
+        };
+        assert_eq!(record, started.stages[0]);
+    }
 }
 
 #[test]
@@ -1008,11 +1005,13 @@ proptest! {
             prop_assert!(before.started_at.is_none() || after.started_at == before.started_at);
             prop_assert_eq!(&before.job_uid, &after.job_uid);
         }
-        // A started stage without a recorded Job is created again only after a refused create.
+        // A started stage is created again only when no Job is under its name and none was
+        // recorded: never beside a Job, never after a Job of its own ran.
         if let Some(Action::Start(record)) = &decision.action
-            && f.stages.iter().any(|s| s.stage.name == record.stage.name && s.started_at.is_some())
+            && let Some(before) = f.stages.iter().find(|s| s.stage.name == record.stage.name && s.started_at.is_some())
         {
-            prop_assert_eq!(f.creation_refused, Some(record.stage.name));
+            prop_assert!(before.job_uid.is_none());
+            prop_assert!(matches!(job_of(&f, record.stage.name), JobObservation::Absent));
         }
     }
 
