@@ -335,8 +335,15 @@ fn a_past_peak_the_partitions_cannot_carry_shows_in_the_capacity_plan(env: &Test
         let (_, _, message) = capacity_plan(env, &namespace, name)
             .await
             .expect("condition");
-        // 3000/s over 200/s per replica: 15 partitions.
-        assert!(message.contains("15 partitions"), "{message}");
+        // 3000/s over 200/s per replica: 15 partitions; a 5 s rate window reads the peak a
+        // little high, never low.
+        let needed: u32 = message
+            .split(" partitions (and spec.maxReplicas")
+            .next()
+            .and_then(|before| before.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no partition count in {message:?}"));
+        assert!((15..=17).contains(&needed), "{message}");
         let status = budget_status(env, &namespace, name)
             .await
             .and_then(|b| b.status)
@@ -348,7 +355,7 @@ fn a_past_peak_the_partitions_cannot_carry_shows_in_the_capacity_plan(env: &Test
         );
         let headroom = status.capacity_headroom.expect("a headroom");
         assert!(
-            (0.75..0.85).contains(&headroom),
+            (0.65..=0.81).contains(&headroom),
             "12 × 200 over 3000 is 0.8, got {headroom}"
         );
     });

@@ -15,12 +15,20 @@ use super::apply::BudgetEffects;
 use super::decide::{BudgetSettings, decide};
 use super::facts::{BudgetFacts, gather};
 
+/// How soon a budget reconciled before the budgets were listed is looked at again.
+const BUDGETS_NOT_LISTED: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Action, Error> {
     let name = budget.name_any();
     let namespace = budget.namespace().ok_or_else(|| Error::MissingNamespace {
         kind: "BacklogBudget",
         name: name.clone(),
     })?;
+    // Until every budget is listed, an older budget on the same target would be missed and
+    // both would scale it (at startup and at every new term, the store is new).
+    if ctx.budgets.wait_until_ready().await.is_err() {
+        return Ok(Action::requeue(BUDGETS_NOT_LISTED));
+    }
     // Read.
     let budgets: Api<BacklogBudget> = Api::namespaced(ctx.base.client.clone(), &namespace);
     // The decision's memory lives in status. Read it from the API server, not the watch cache:
