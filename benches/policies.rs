@@ -28,24 +28,27 @@ fn main() {
 
     println!("## Policies per scenario\n");
     println!(
-        "| scenario | policy | breach s | max oldest age | replica-s | vs lag-threshold | scale events | drained after peak | p99 latency |"
+        "| scenario | policy | breach s | max oldest age | replica-s | vs static | vs lag-threshold | scale events | drained after peak | p99 latency |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for model in &models {
         let keda = simulate(model, PolicyKind::LagThreshold).summary;
+        let reference = simulate(model, PolicyKind::Static).summary;
         for kind in [
             PolicyKind::Budget,
+            PolicyKind::Static,
             PolicyKind::LagThreshold,
             PolicyKind::Max,
         ] {
             let s = simulate(model, kind).summary;
             println!(
-                "| {} | {} | {:.0} | {} | {:.0} | {:.3} | {} | {} | {} |",
+                "| {} | {} | {:.0} | {} | {:.0} | {:.3} | {:.3} | {} | {} | {} |",
                 model.name,
                 kind.name(),
                 s.breach_seconds,
                 seconds(s.max_oldest_age_seconds),
                 s.replica_seconds,
+                s.replica_seconds / reference.replica_seconds,
                 s.replica_seconds / keda.replica_seconds,
                 s.scale_events,
                 s.drain_seconds.map_or("never".into(), seconds),

@@ -99,6 +99,7 @@ fn no_policy_ever_asks_for_more_replicas_than_partitions() {
             PolicyKind::Budget,
             PolicyKind::LagThreshold,
             PolicyKind::Max,
+            PolicyKind::Static,
         ] {
             let result = simulate(&model, kind);
             let highest = result
@@ -113,6 +114,35 @@ fn no_policy_ever_asks_for_more_replicas_than_partitions() {
                 model.name,
                 kind.name(),
                 model.partitions
+            );
+        }
+    }
+}
+
+/// The static reference is what its name says: one count all along, with zero breach where
+/// the cap has none, and one fewer replica would breach.
+#[test]
+fn static_is_the_smallest_constant_count_that_keeps_the_deadline() {
+    for model in scenarios() {
+        let reference = simulate(&model, PolicyKind::Static).summary;
+        let max = simulate(&model, PolicyKind::Max).summary;
+        let name = &model.name;
+        assert_eq!(reference.scale_events, 0, "{name}: static never scales");
+        if max.breach_seconds > 0.0 {
+            continue;
+        }
+        assert_eq!(reference.breach_seconds, 0.0, "{name}: static breached");
+        let count = reference.peak_replicas;
+        if count > model.budget.min_replicas {
+            let mut fewer = model.clone();
+            fewer.initial_replicas = count - 1;
+            fewer.budget.min_replicas = count - 1;
+            fewer.budget.max_replicas = count - 1;
+            let one_less = simulate(&fewer, PolicyKind::Max).summary;
+            assert!(
+                one_less.breach_seconds > 0.0,
+                "{name}: {} replicas would keep the deadline too, static chose {count}",
+                count - 1
             );
         }
     }

@@ -1,5 +1,6 @@
 //! Scaling policies the simulator compares: ours (`budget`), KEDA's Kafka lag-threshold
-//! behaviour under an HPA (`lag-threshold`), and always-the-cap (`max`).
+//! behaviour under an HPA (`lag-threshold`), always-the-cap (`max`), and the reference a
+//! budget must beat, the cheapest constant count that keeps the deadline (`static`).
 
 use std::collections::VecDeque;
 
@@ -17,6 +18,9 @@ pub enum PolicyKind {
     Budget,
     LagThreshold,
     Max,
+    /// The smallest constant replica count (at least minReplicas) with zero breach, found by
+    /// search over whole runs; the cap when none has zero breach.
+    Static,
 }
 
 impl PolicyKind {
@@ -25,6 +29,7 @@ impl PolicyKind {
             PolicyKind::Budget => "budget",
             PolicyKind::LagThreshold => "lag-threshold",
             PolicyKind::Max => "max",
+            PolicyKind::Static => "static",
         }
     }
 }
@@ -62,6 +67,30 @@ pub fn build(kind: PolicyKind, model: &Model) -> Box<dyn Policy + '_> {
         }),
         PolicyKind::LagThreshold => Box::new(LagThresholdPolicy::new(model, model.lag_threshold)),
         PolicyKind::Max => Box::new(MaxPolicy { model }),
+        PolicyKind::Static => Box::new(ConstantPolicy {
+            model,
+            replicas: model.initial_replicas,
+        }),
+    }
+}
+
+/// The same count at every decision (the run starts with it ready).
+struct ConstantPolicy<'m> {
+    model: &'m Model,
+    replicas: u32,
+}
+
+impl Policy for ConstantPolicy<'_> {
+    fn interval(&self) -> f64 {
+        self.model.budget.poll_interval_seconds
+    }
+
+    fn decide(&mut self, _: &View<'_>) -> Outcome {
+        Outcome {
+            replicas: self.replicas,
+            label: format!("Static {}", self.replicas),
+            predicted_drain_seconds: None,
+        }
     }
 }
 

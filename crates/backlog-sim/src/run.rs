@@ -67,6 +67,48 @@ pub struct SimulationResult {
 const DRAINED_ARRIVAL_SECONDS: f64 = 30.0;
 
 pub fn simulate(model: &Model, kind: PolicyKind) -> SimulationResult {
+    match kind {
+        PolicyKind::Static => simulate_static(model),
+        _ => run(model, kind, false),
+    }
+}
+
+/// The cheapest constant count that keeps the deadline, started with that count ready: a
+/// binary search between minReplicas and the cap (more consumers of a constant count never
+/// breach more), each probe stopped at its first breach. The cap, with its breach, when no
+/// count has zero.
+fn simulate_static(model: &Model) -> SimulationResult {
+    let cap = model.budget.max_replicas.min(model.partitions).max(1);
+    let constant = |replicas: u32| {
+        let mut constant = model.clone();
+        constant.initial_replicas = replicas;
+        constant
+    };
+    let keeps_deadline = |replicas: u32| {
+        run(&constant(replicas), PolicyKind::Static, true)
+            .summary
+            .breach_seconds
+            == 0.0
+    };
+    let (mut low, mut high) = (model.budget.min_replicas.clamp(1, cap), cap);
+    if !keeps_deadline(high) {
+        return run(&constant(cap), PolicyKind::Static, false);
+    }
+    // Invariant: `high` keeps the deadline; every count below `low` does not.
+    while low < high {
+        let middle = low + (high - low) / 2;
+        if keeps_deadline(middle) {
+            high = middle;
+        } else {
+            low = middle + 1;
+        }
+    }
+    run(&constant(high), PolicyKind::Static, false)
+}
+
+/// One run; with `stop_at_breach` it ends at the first second of breach (a search only needs
+/// to know whether there is one).
+fn run(model: &Model, kind: PolicyKind, stop_at_breach: bool) -> SimulationResult {
     let mut workload = Workload::new(model);
     let mut policy = build(kind, model);
     let mut scrapes = ScrapeHistory::new(model.rate_window);
@@ -133,6 +175,9 @@ pub fn simulate(model: &Model, kind: PolicyKind) -> SimulationResult {
         let backlog = workload.backlog();
         if oldest_age > deadline {
             breach_seconds += dt;
+            if stop_at_breach {
+                break;
+            }
         }
         max_oldest_age = max_oldest_age.max(oldest_age);
         replica_seconds += f64::from(workload.replicas()) * dt;
