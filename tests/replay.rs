@@ -513,6 +513,24 @@ async fn wait_job_recorded(client: &Client, namespace: &str, name: &str, stage: 
     .await;
 }
 
+/// Until the operator resumes `job`: it creates Jobs suspended and resumes one once the status
+/// records its uid.
+async fn wait_job_released(client: &Client, namespace: &str, job: &Job) {
+    let jobs = Api::<Job>::namespaced(client.clone(), namespace);
+    let name = job.name_any();
+    wait_until(STEP, &format!("Job {name} is resumed"), || async {
+        let suspend = jobs
+            .get(&name)
+            .await
+            .map(|job| job.spec.and_then(|spec| spec.suspend));
+        match suspend {
+            Ok(Some(false)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
 /// alice asks for `body`, bob approves it, and the canary Job appears: the start of most tests.
 async fn approved_until_canary(env: &TestEnv, namespace: &str, name: &str, body: Value) -> Job {
     create_as(&env.client("alice"), namespace, body)
@@ -1519,11 +1537,11 @@ fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
     let canary = env.block_on(async {
         let canary = approved_until_canary(env, &namespace, "orders", body).await;
         wait_job_recorded(&alice, &namespace, "orders", "canary", &canary).await;
+        wait_job_released(&admin, &namespace, &canary).await;
         canary
     });
-    // Stopped like a crash, between the stages (after the canary's uid was recorded: stopped
-    // before, the replay halts rather than guess whose the Job is): the canary completes
-    // meanwhile.
+    // Stopped like a crash, between the stages (after the canary's uid was recorded and the
+    // Job resumed): the canary completes meanwhile.
     operator.stop();
     env.block_on(wait_job_finished(env, &namespace, &canary));
     let mut operator = start_operator(env, &namespace);
@@ -1531,6 +1549,7 @@ fn a_restarted_operator_creates_one_job_per_stage(env: &TestEnv) {
         let main = wait_stage_job(&admin, &namespace, "orders", "main").await;
         wait_phase(&alice, &namespace, "orders", ReplayPhase::Running).await;
         wait_job_recorded(&alice, &namespace, "orders", "main", &main).await;
+        wait_job_released(&admin, &namespace, &main).await;
         main
     });
     operator.stop();

@@ -400,8 +400,13 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
                 write_audit(ctx, &subject, &next, &recorded, now);
                 next = recorded;
                 version = written.resource_version();
+                // Recorded: the Job may run. If this fails, the next reconcile resumes it.
+                if let Err(error) = job::set_suspend(&jobs, &record.job, false).await {
+                    warn!(replay = %name, namespace = %namespace, job = %record.job, %error, "the Job is not resumed yet; it will be");
+                }
             }
-            // The memory vouches for the Job until a later write records it.
+            // The memory vouches for the Job until a later write records it; it stays
+            // suspended until then.
             Err(error) => {
                 warn!(replay = %name, namespace = %namespace, %error, "the Job's uid is not recorded yet; it will be")
             }
