@@ -600,9 +600,9 @@ pub fn queue_state(key: &str, created: Timestamp, others: &[QueueMember]) -> Que
 mod machine;
 
 pub use machine::{
-    ADMITTED, APPROVED, Action, Decision, HALTED, JOB_ACCEPTED, Need, ReplayFacts, SCOPE_FROZEN,
-    SCOPE_RETRY, ScopeCheck, ScopeFacts, VERIFICATION_PATIENCE, VERIFICATION_RETRY, VERIFIED,
-    WAIT_RETRY, WAITING, decide, remembered_stages,
+    ADMITTED, APPROVED, Action, Decision, HALTED, JOB_ACCEPTED, Need, RECORD_RETRY, ReplayFacts,
+    SCOPE_FROZEN, SCOPE_RETRY, ScopeCheck, ScopeFacts, VERIFICATION_PATIENCE, VERIFICATION_RETRY,
+    VERIFIED, WAIT_RETRY, WAITING, decide, remembered_stages,
 };
 
 #[cfg(test)]

@@ -50,13 +50,14 @@ fn workload(job: &Job) -> Option<Value> {
 /// Whether `found` runs exactly what `intended` (the server's defaulted form of the Job the
 /// operator would create) runs, under the same owner and operation.
 pub fn same_workload(intended: &Job, found: &Job) -> bool {
-    let annotation = |job: &Job, key: &str| job.annotations().get(key).cloned();
+    let found_workload = workload(found);
     found.metadata.owner_references == intended.metadata.owner_references
         && OUR_ANNOTATIONS.iter().all(|key| {
-            annotation(found, key).is_some() && annotation(found, key) == annotation(intended, key)
+            let ours = found.annotations().get(*key);
+            ours.is_some() && ours == intended.annotations().get(*key)
         })
-        && workload(found).is_some()
-        && workload(found) == workload(intended)
+        && found_workload.is_some()
+        && found_workload == workload(intended)
 }
 
 /// The server's defaulted form of `job`, from a dry run under a generated name (the real name

@@ -206,9 +206,18 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     );
     let stages = remembered_stages(recorded_stages(&previous), &ctx.children.jobs(&uid));
     let started = stages.iter().any(|s| s.started_at.is_some());
-    let creation_refused = StageName::ALL
+    // Jobs this process created (or adopted) whose uid the status does not record yet.
+    let uid_unrecorded = recorded_stages(&previous)
         .into_iter()
-        .find(|stage| ctx.children.recall(&uid, Child::Job(*stage)) == Some(Created::Refused));
+        .filter(|record| record.started_at.is_some() && record.job_uid.is_none())
+        .map(|record| record.stage.name)
+        .filter(|stage| {
+            matches!(
+                ctx.children.recall(&uid, Child::Job(*stage)),
+                Some(Created::Uid(_))
+            )
+        })
+        .collect();
     let mut facts = ReplayFacts {
         replay: name.clone(),
         uid: uid.clone(),
@@ -233,7 +242,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
         refused: refusals(ctx, replay),
         pacing,
         scope_check: None,
-        creation_refused,
+        uid_unrecorded,
         now,
     };
 
@@ -430,36 +439,22 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
         )
         .await;
     }
-    // A Job is resumed only once the status as read records its uid: until then, a crash
-    // could leave a Job that ran under no record. The write above records it; look again soon.
-    let mut resume_later = false;
     if let Some(Action::Suspend { job, suspend }) = &decision.action {
-        let recorded = previous
-            .stages
-            .iter()
-            .any(|stage| stage.job == *job && stage.job_uid.is_some());
-        if !*suspend && !recorded {
-            resume_later = true;
+        job::set_suspend(&jobs, job, *suspend)
+            .await
+            .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, job))?;
+        let (reason, note) = if *suspend {
+            ("JobSuspended", format!("Job {job} suspended"))
         } else {
-            job::set_suspend(&jobs, job, *suspend)
-                .await
-                .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, job))?;
-            let (reason, note) = if *suspend {
-                ("JobSuspended", format!("Job {job} suspended"))
-            } else {
-                ("JobResumed", format!("Job {job} resumed"))
-            };
-            publish(ctx, replay, EventType::Normal, reason, note).await;
-        }
+            ("JobResumed", format!("Job {job} resumed"))
+        };
+        publish(ctx, replay, EventType::Normal, reason, note).await;
     }
     if ended(next.phase) && next.audit_config_map.is_none() {
         archive(ctx, replay, &next, version.as_deref(), now).await?;
     }
     announce(ctx, replay, &previous, &next).await;
 
-    if resume_later {
-        return Ok(Requeue::requeue(Duration::from_secs(1)));
-    }
     Ok(Requeue::requeue(decision.recheck_after.unwrap_or(
         if ended(next.phase) {
             ENDED_RECHECK

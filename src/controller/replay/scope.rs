@@ -23,6 +23,9 @@ use crate::core::replay_scope::{
 use super::job::{EVENT_IDS_KEY, LABEL_REPLAY};
 use super::memory::{Child, ChildMemory, Created};
 
+/// The frozen ids' sha256, on the scope ConfigMap.
+const SHA256_ANNOTATION: &str = "backlog.dev/sha256";
+
 /// The outcome of an attempt to freeze.
 pub enum Freeze {
     Frozen(FrozenScope),
@@ -81,6 +84,15 @@ fn frozen_scope(config_map: &str, uid: &str, ids: &FrozenIds, at: Timestamp) -> 
     }
 }
 
+/// When the API server created `config_map` (`now` if it does not say).
+fn created_at(config_map: &ConfigMap, now: Timestamp) -> Timestamp {
+    config_map
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0)
+}
+
 /// Freezes the scope of `replay` (whose uid is `uid`), or says why it cannot yet.
 pub async fn freeze(
     client: &kube::Client,
@@ -108,7 +120,7 @@ pub async fn freeze(
     if let Some(existing) = existing {
         let existing_uid = existing.uid().unwrap_or_default();
         if memory.recall(uid, Child::Scope) != Some(Created::Uid(existing_uid.clone())) {
-            return adopt_or_refuse(replay, &config_maps, &name, existing, now).await;
+            return adopt_or_refuse(replay, &config_maps, namespace, &name, existing, now).await;
         }
         let text = existing
             .data
@@ -125,12 +137,7 @@ pub async fn freeze(
                 &name,
                 &existing_uid,
                 &ids,
-                existing
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0)
-                    .unwrap_or(now),
+                created_at(&existing, now),
             )),
             Ok(_) => Freeze::Foreign {
                 message: format!(
@@ -259,7 +266,7 @@ fn intended(
                 (LABEL_REPLAY.to_owned(), replay.name_any()),
             ])),
             annotations: Some(BTreeMap::from([(
-                "backlog.dev/sha256".to_owned(),
+                SHA256_ANNOTATION.to_owned(),
                 checked.sha256().to_owned(),
             )])),
             owner_references: Some(vec![owner]),
@@ -282,16 +289,16 @@ fn intended(
 async fn adopt_or_refuse(
     replay: &ReplayJob,
     config_maps: &Api<ConfigMap>,
+    namespace: &str,
     name: &str,
     existing: ConfigMap,
     now: Timestamp,
 ) -> Result<Freeze, Error> {
-    let namespace = replay.namespace().unwrap_or_default();
-    let checked = match intended_ids(replay, config_maps, &namespace).await? {
+    let checked = match intended_ids(replay, config_maps, namespace).await? {
         Ok(checked) => checked,
         Err(_) => return Ok(foreign(name)),
     };
-    match intended(replay, &namespace, name, &checked) {
+    match intended(replay, namespace, name, &checked) {
         Some(intended) if same_scope(&intended, &existing) => {
             let existing_uid = existing.uid().unwrap_or_default();
             tracing::info!(replay = %replay.name_any(), namespace = %namespace, configmap = %name, configmap_uid = %existing_uid, "adopted the frozen scope this replay's create left unrecorded");
@@ -299,12 +306,7 @@ async fn adopt_or_refuse(
                 name,
                 &existing_uid,
                 &checked,
-                existing
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0)
-                    .unwrap_or(now),
+                created_at(&existing, now),
             )))
         }
         _ => Ok(foreign(name)),
@@ -322,16 +324,8 @@ pub fn same_scope(intended: &ConfigMap, found: &ConfigMap) -> bool {
         && binary_empty
         && found.data == intended.data
         && found.metadata.owner_references == intended.metadata.owner_references
-        && found
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("backlog.dev/sha256"))
-            == intended
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("backlog.dev/sha256"))
+        && found.annotations().get(SHA256_ANNOTATION)
+            == intended.annotations().get(SHA256_ANNOTATION)
 }
 
 /// The operator may not touch ConfigMaps in the namespace: say who grants it.

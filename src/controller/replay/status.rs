@@ -198,7 +198,7 @@ mod tests {
                 retries_per_batch: 0,
             },
             scope_check: Some(crate::core::replay_plan::ScopeCheck::Intact),
-            creation_refused: None,
+            uid_unrecorded: Vec::new(),
             now,
         }
     }

@@ -41,6 +41,8 @@ pub const WAIT_RETRY: Duration = Duration::from_secs(30);
 /// How soon a replay whose `eventIdsFrom` ConfigMap is missing or unusable looks again: no
 /// watch on every ConfigMap, a cheap read instead.
 pub const SCOPE_RETRY: Duration = Duration::from_secs(10);
+/// How soon a suspended Job whose uid is not recorded yet is looked at again.
+pub const RECORD_RETRY: Duration = Duration::from_secs(1);
 
 /// The scope as far as the decision is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,9 +108,11 @@ pub struct ReplayFacts {
     /// The frozen ConfigMap checked against the status (same uid, immutable, same sha256),
     /// when asked for ([`Need::ScopeCheck`]).
     pub scope_check: Option<ScopeCheck>,
-    /// A stage whose Job this process asked the API server to create and was answered that it
-    /// was not created: the one case in which a started stage without a Job is created again.
-    pub creation_refused: Option<StageName>,
+    /// Stages whose Job uid this process remembers from the create's answer but the status
+    /// does not record yet. Their Job, created suspended, stays suspended until the status
+    /// records it: a Job that vanished before that record then never ran, and the stage can
+    /// be created again.
+    pub uid_unrecorded: Vec<StageName>,
     pub now: Timestamp,
 }
 
@@ -789,13 +793,15 @@ fn running(
         ),
         stages,
     );
-    if view.suspended {
+    if !view.suspended {
+        decision
+    } else if facts.uid_unrecorded.contains(&name) {
+        decision.recheck(RECORD_RETRY)
+    } else {
         decision.action(Action::Suspend {
             job: current.job.clone(),
             suspend: false,
         })
-    } else {
-        decision
     }
 }
 

@@ -40,7 +40,7 @@ fn facts(count: u32) -> ReplayFacts {
         refused: Vec::new(),
         pacing: PACING,
         scope_check: Some(ScopeCheck::Intact),
-        creation_refused: None,
+        uid_unrecorded: Vec::new(),
         now: at(1000),
     }
 }
@@ -581,18 +581,45 @@ fn a_stage_recorded_without_a_job_is_created_under_the_same_name() {
     let started = decide(&f);
     // The start was recorded, then the operator stopped before the create (or its Job, created
     // suspended, was deleted before its uid was recorded, so it ran nothing): create it, under
-    // the same record, whether or not this process saw a refused create.
-    for refused in [None, Some(StageName::Canary)] {
-        let mut f = facts(12);
-        f.stages = started.stages.clone();
-        f.creation_refused = refused;
-        let decision = decide(&f);
-        assert_eq!(decision.phase, ReplayPhase::Canary);
-        let Some(Action::Start(record)) = decision.action else {
-            panic!("the stage should be created: {decision:?}");
-        };
-        assert_eq!(record, started.stages[0]);
-    }
+    // the same record.
+    let mut f = facts(12);
+    f.stages = started.stages.clone();
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Canary);
+    let Some(Action::Start(record)) = decision.action else {
+        panic!("the stage should be created: {decision:?}");
+    };
+    assert_eq!(record, started.stages[0]);
+}
+
+#[test]
+fn a_job_is_resumed_only_once_the_status_records_its_uid() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    let mut suspended = view(JobOutcome::Running, 0, 0);
+    suspended.suspended = true;
+    set_job(
+        &mut f,
+        StageName::Canary,
+        JobObservation::Present(suspended),
+    );
+    // Vouched for by this process only: it stays suspended, and is looked at again soon.
+    f.uid_unrecorded = vec![StageName::Canary];
+    let waiting = decide(&f);
+    assert_eq!(waiting.action, None);
+    assert_eq!(waiting.recheck_after, Some(RECORD_RETRY));
+    // Recorded: resumed.
+    f.uid_unrecorded.clear();
+    let resumed = decide(&f);
+    assert_eq!(
+        resumed.action,
+        Some(Action::Suspend {
+            job: started.stages[0].job.clone(),
+            suspend: false
+        })
+    );
 }
 
 #[test]
@@ -645,7 +672,6 @@ fn a_job_the_operator_did_not_create_is_never_adopted() {
     // A stage waiting to be created finds someone else's Job there: halt, never adopt.
     let mut f = facts(12);
     f.stages = started.stages.clone();
-    f.creation_refused = Some(StageName::Canary);
     set_job(
         &mut f,
         StageName::Canary,
@@ -1176,7 +1202,7 @@ fn arb_facts() -> impl Strategy<Value = ReplayFacts> {
                 (count, plan, approval, recorded_approver),
                 (suspend, progress, uid_known, canary_job, main_job),
                 (halted, verified, has_checks, verification, queue, rejected),
-                (later, scope_check, creation_refused),
+                (later, scope_check, uid_unrecorded),
             )| {
                 let mut f = facts(count);
                 f.plan = Ok(plan);
@@ -1190,7 +1216,7 @@ fn arb_facts() -> impl Strategy<Value = ReplayFacts> {
                 f.queue = queue;
                 f.rejected = rejected;
                 f.scope_check = scope_check;
-                f.creation_refused = creation_refused;
+                f.uid_unrecorded = uid_unrecorded.into_iter().collect();
                 f.now = at(2000 + later);
                 // progress: 0 nothing, 1 canary started, 2 canary finished, 3 main started,
                 // 4 main finished.
