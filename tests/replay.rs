@@ -1672,11 +1672,11 @@ fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv)
         body["spec"]["template"] = json!({"spec": {"containers": [{"name": "replay"}]}});
         create_as(&alice, &namespace, body).await.expect("alice creates");
         approve_as(&bob, &namespace, "orders", "bob").await.expect("bob approves");
-        let failed = wait_phase(&alice, &namespace, "orders", ReplayPhase::Failed).await;
-        let accepted = condition(&failed, "JobAccepted").expect("JobAccepted condition");
+        let refused = wait_phase(&alice, &namespace, "orders", ReplayPhase::Refused).await;
+        let accepted = condition(&refused, "JobAccepted").expect("JobAccepted condition");
         assert_eq!(accepted.status, "False");
         assert_mentions(&accepted.message, &["spec.template", "image"], "refused template");
-        let status = failed.status.clone().expect("status");
+        let status = refused.status.clone().expect("status");
         assert!(status.stages.iter().all(|s| s.started_at.is_none()), "nothing started");
         assert!(all_jobs(&admin, &namespace).await.is_empty(), "no Job");
 

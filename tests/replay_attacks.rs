@@ -1138,8 +1138,8 @@ fn a_replay_cannot_point_the_operator_at_any_url(env: &TestEnv) {
             .await
             .expect("alice asks");
         // Refused before anyone approves what could never run.
-        let failed = wait_phase(env, ns, "ssrf", ReplayPhase::Failed).await;
-        let admitted = condition(&failed, "Admitted").expect("Admitted");
+        let refused = wait_phase(env, ns, "ssrf", ReplayPhase::Refused).await;
+        let admitted = condition(&refused, "Admitted").expect("Admitted");
         assert_eq!(admitted.status, "False");
         assert_mentions(
             &admitted.message,

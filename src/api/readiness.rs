@@ -71,14 +71,17 @@ pub fn of_budget(phase: Option<BudgetPhase>, explanation: Option<&str>) -> Readi
     }
 }
 
-/// A replay is Ready once it succeeded, Stalled when it failed or halted (it is never retried
-/// as a whole), and in progress otherwise, including while it waits for its approval.
+/// A replay is Ready once it succeeded; Stalled when it failed or halted (it is never retried
+/// as a whole) or was refused before the start (it waits for a fixed spec and a new
+/// approval); in progress otherwise, including while it waits for its approval.
 pub fn of_replay(phase: Option<ReplayPhase>, message: Option<&str>) -> Readiness {
     let reason = phase.map_or_else(|| "Pending".to_owned(), |p| format!("{p:?}"));
     let message = message.unwrap_or_default().to_owned();
     match phase {
         Some(ReplayPhase::Succeeded) => Readiness::Ready { reason, message },
-        Some(ReplayPhase::Failed | ReplayPhase::Halted) => Readiness::Stalled { reason, message },
+        Some(ReplayPhase::Failed | ReplayPhase::Halted | ReplayPhase::Refused) => {
+            Readiness::Stalled { reason, message }
+        }
         _ => Readiness::InProgress { reason, message },
     }
 }
@@ -125,6 +128,7 @@ mod tests {
         assert_eq!(t(ReplayPhase::Succeeded), pair("True", "False"));
         assert_eq!(t(ReplayPhase::Halted), pair("False", "True"));
         assert_eq!(t(ReplayPhase::Failed), pair("False", "True"));
+        assert_eq!(t(ReplayPhase::Refused), pair("False", "True"));
         assert_eq!(t(ReplayPhase::AwaitingApproval), pair("False", "False"));
         assert_eq!(t(ReplayPhase::Running), pair("False", "False"));
     }

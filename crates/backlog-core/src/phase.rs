@@ -35,6 +35,12 @@ pub enum ReplayPhase {
     Running,
     Suspended,
     Succeeded,
+    /// Refused before it started, by the operator's checks or by the API server (the Job
+    /// template): nothing ran, and the spec can still be fixed and approved again.
+    Refused,
+    /// Ended for good before anything ran (an empty or unusable frozen scope): never
+    /// decided again; a new ReplayJob is the way on.
     Failed,
+    /// Stopped for good after a stage started.
     Halted,
 }

@@ -78,6 +78,11 @@ pub fn recorded_halt(status: &ReplayJobStatus) -> Option<Halt> {
         })
 }
 
+/// The message of the failure the status recorded: a failed replay is never decided again.
+pub fn recorded_failure(status: &ReplayJobStatus) -> Option<String> {
+    (status.phase == Some(ReplayPhase::Failed)).then(|| status.message.clone().unwrap_or_default())
+}
+
 /// Whether the status records that every check held after the canary.
 pub fn recorded_verified(status: &ReplayJobStatus) -> bool {
     is_true(&status.conditions, VERIFIED)

@@ -32,8 +32,8 @@ use crate::metrics_source::NO_PROMETHEUS;
 use super::adopt;
 use super::audit::{self, Subject};
 use super::facts::{
-    created, key, observe_job, queue_key, queue_member, recorded_halt, recorded_stages,
-    recorded_verified,
+    created, key, observe_job, queue_key, queue_member, recorded_failure, recorded_halt,
+    recorded_stages, recorded_verified,
 };
 use super::job::{self, Verdict};
 use super::memory::{Child, Created};
@@ -234,6 +234,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
         stages,
         jobs: observed,
         halted: recorded_halt(&previous),
+        failed: recorded_failure(&previous),
         verified: recorded_verified(&previous),
         has_checks: !spec.verification.is_empty(),
         verification: None,
@@ -686,7 +687,10 @@ async fn announce(
     if previous.phase != next.phase
         && let Some(phase) = next.phase
     {
-        let warning = matches!(phase, ReplayPhase::Halted | ReplayPhase::Failed);
+        let warning = matches!(
+            phase,
+            ReplayPhase::Halted | ReplayPhase::Failed | ReplayPhase::Refused
+        );
         publish(
             ctx,
             replay,

@@ -186,6 +186,7 @@ mod tests {
             stages: vec![],
             jobs: vec![],
             halted: None,
+            failed: None,
             verified: false,
             has_checks: false,
             verification: None,

@@ -91,6 +91,8 @@ pub struct ReplayFacts {
     pub jobs: Vec<(StageName, JobObservation)>,
     /// The halt the status recorded, if any: a halted replay stays halted.
     pub halted: Option<Halt>,
+    /// The message of the failure the status recorded, if any: a failed replay stays failed.
+    pub failed: Option<String>,
     /// Whether the status records that every check held after the canary.
     pub verified: bool,
     /// Whether `spec.verification` has checks.
@@ -267,15 +269,21 @@ fn batch_lines(stage: &Stage, index: u32) -> String {
 /// Decides what to do next. Pure: the same facts give the same decision.
 pub fn decide(facts: &ReplayFacts) -> Decision {
     let stages = observe(facts);
-    let decision = match &facts.halted {
-        Some(halt) => halted(facts, stages, halt.clone()),
-        None => match &facts.scope {
+    let decision = match (&facts.halted, &facts.failed) {
+        (Some(halt), _) => halted(facts, stages, halt.clone()),
+        // Failed means nothing ran: there is no Job to keep suspended, and nothing to start.
+        (None, Some(message)) => Decision::new(ReplayPhase::Failed, message.clone(), stages),
+        (None, None) => match &facts.scope {
             ScopeFacts::NotFrozen { message, permanent } => not_frozen(stages, message, *permanent),
             ScopeFacts::Foreign { message } => {
                 halt(facts, stages, "ForeignConfigMap", message.clone())
             }
             ScopeFacts::Frozen { count, .. } => match facts.plan {
-                Err(ref problem) => Decision::new(ReplayPhase::Failed, problem.to_string(), stages),
+                Err(ref problem) => Decision::new(
+                    ReplayPhase::Refused,
+                    format!("{problem}; fix spec.batches before the start"),
+                    stages,
+                ),
                 Ok(plan) => {
                     if stages.iter().any(|s| s.started_at.is_some()) {
                         during(facts, stages)
@@ -517,7 +525,7 @@ fn before_start(
             "{}. Fix the spec: before the start, an approver removes spec.approval if it is set, the requester corrects the spec, an approver approves again",
             refusal(facts)
         );
-        return Decision::new(ReplayPhase::Failed, message, stages);
+        return Decision::new(ReplayPhase::Refused, message, stages);
     }
     let approver = match &facts.approval {
         Ok(approver) => approver.clone(),
@@ -547,7 +555,7 @@ fn before_start(
     }
     if let Some((StageName::Canary, message)) = &facts.rejected {
         return Decision::new(
-            ReplayPhase::Failed,
+            ReplayPhase::Refused,
             format!(
                 "the API server refuses the canary Job {}: {message}. Fix spec.template: an approver removes spec.approval, the requester corrects the template, an approver approves again",
                 canary.job

@@ -32,6 +32,7 @@ fn facts(count: u32) -> ReplayFacts {
         stages: vec![],
         jobs: vec![],
         halted: None,
+        failed: None,
         verified: false,
         has_checks: true,
         verification: None,
@@ -77,6 +78,7 @@ fn holds(name: &str) -> CheckOutcome {
 fn apply(mut facts: ReplayFacts, decision: &Decision) -> ReplayFacts {
     facts.stages = decision.stages.clone();
     facts.halted = decision.halt.clone();
+    facts.failed = (decision.phase == ReplayPhase::Failed).then(|| decision.message.clone());
     facts.verified = decision
         .conditions
         .iter()
@@ -857,7 +859,7 @@ fn an_approval_changed_after_the_start_halts_and_suspends() {
 }
 
 #[test]
-fn a_template_the_api_server_refuses_fails_before_the_start() {
+fn a_template_the_api_server_refuses_is_refused_before_the_start() {
     let mut f = facts(12);
     f.queue = Some(QueueState::Free);
     f.rejected = Some((
@@ -865,7 +867,7 @@ fn a_template_the_api_server_refuses_fails_before_the_start() {
         "spec.template.spec.containers[0].image: Required value".into(),
     ));
     let decision = decide(&f);
-    assert_eq!(decision.phase, ReplayPhase::Failed);
+    assert_eq!(decision.phase, ReplayPhase::Refused);
     assert_eq!(decision.action, None);
     assert!(decision.message.contains("spec.template"));
     assert!(decision.stages.iter().all(|s| s.started_at.is_none()));
@@ -879,14 +881,14 @@ fn a_template_the_api_server_refuses_fails_before_the_start() {
 }
 
 #[test]
-fn a_spec_the_operator_refuses_fails_before_anyone_approves_and_halts_a_run() {
+fn a_spec_the_operator_refuses_is_refused_before_anyone_approves_and_halts_a_run() {
     let mut f = facts(12);
     f.approval = Err(ApprovalProblem::Missing {
         requested_by: "alice".into(),
     });
     f.refused = vec!["spec.template.spec.hostNetwork is true: remove it".into()];
     let decision = decide(&f);
-    assert_eq!(decision.phase, ReplayPhase::Failed);
+    assert_eq!(decision.phase, ReplayPhase::Refused);
     assert!(decision.message.contains("spec.template.spec.hostNetwork"));
     let admitted = decision
         .conditions
@@ -919,6 +921,36 @@ fn a_scope_that_cannot_be_frozen_yet_is_pending() {
         permanent: true,
     };
     assert_eq!(decide(&f).phase, ReplayPhase::Failed);
+}
+
+#[test]
+fn a_refused_replay_runs_once_fixed_and_a_failed_one_never_does() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    f.refused = vec!["spec.template.spec.hostNetwork is true: remove it".into()];
+    let refused = decide(&f);
+    assert_eq!(refused.phase, ReplayPhase::Refused);
+    let mut f = apply(f, &refused);
+    f.refused.clear();
+    f.queue = Some(QueueState::Free);
+    assert_eq!(decide(&f).phase, ReplayPhase::Canary);
+
+    // The same fixed spec after a recorded failure: it stays failed, with its message.
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    f.scope = ScopeFacts::NotFrozen {
+        message: "spec.scope.eventIds holds an empty id".into(),
+        permanent: true,
+    };
+    let failed = decide(&f);
+    assert_eq!(failed.phase, ReplayPhase::Failed);
+    let mut f = apply(f, &failed);
+    f.scope = facts(12).scope;
+    f.queue = Some(QueueState::Free);
+    let again = decide(&f);
+    assert_eq!(again.phase, ReplayPhase::Failed);
+    assert_eq!(again.message, failed.message);
+    assert_eq!((again.action, again.need), (None, None));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1057,6 +1089,27 @@ proptest! {
                 prop_assert_eq!(again.phase, ReplayPhase::Halted);
                 prop_assert!(!matches!(again.action, Some(Action::Start(_))));
             }
+        }
+    }
+
+    /// Failed is terminal: whatever changes afterwards (a fixed spec, an approval, a free
+    /// queue, checks that hold), a replay recorded as failed starts nothing and stays failed.
+    #[test]
+    fn a_failed_replay_stays_failed(f in arb_facts(), fixed in arb_facts()) {
+        let mut f = f;
+        f.stages.clear();
+        f.halted = None;
+        f.failed = Some("the frozen scope holds no event ids".into());
+        let mut later = fixed;
+        later.stages.clear();
+        later.halted = None;
+        later.failed = f.failed.clone();
+        for facts in [f, later] {
+            let decision = decide(&facts);
+            prop_assert_eq!(decision.phase, ReplayPhase::Failed);
+            prop_assert_eq!(&decision.message, "the frozen scope holds no event ids");
+            prop_assert_eq!(decision.action, None);
+            prop_assert_eq!(decision.need, None);
         }
     }
 }
