@@ -162,6 +162,11 @@ pub struct RunArgs {
     /// Deadline of every API request but watches.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub api_timeout: std::time::Duration,
+    /// How long an object's reconciles may fail for a transient reason (the API server
+    /// unreachable, a timeout, a 5xx) before its `Synced` condition says so. Permanent failures
+    /// (a missing permission) are said at once.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub report_failures_after: std::time::Duration,
     /// Deadline for establishing a connection to the API server.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub api_connect_timeout: std::time::Duration,

@@ -171,6 +171,7 @@ fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             identity: args.identity,
         },
         leader_election,
+        report_failures_after: args.report_failures_after,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(backlog_operator::controller::run(options))?;

@@ -1,6 +1,7 @@
 //! Faults against the real control plane, with the operator as a process of its own: a frozen
 //! leader, a stalled connection, Prometheus and the API server killed mid-run, an HPA created
-//! while the operator was down, and a second writer of spec.replicas. Writes are counted from
+//! while the operator was down, a second writer of spec.replicas, and an admission webhook
+//! that refuses every scale write. Writes are counted from
 //! the API server's audit log, by the User-Agent that names each replica.
 //!
 //! Each test prints one `fault-report:` line with its numbers (run with `--nocapture`).
@@ -13,6 +14,7 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use backlog_operator::api::backlog_budget::{BacklogBudget, BudgetPhase};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
             an_autoscaler_created_while_the_operator_is_down_is_respected_after_restart,
             a_second_writer_of_replicas_is_overridden_once_with_an_event,
             an_api_server_restart_is_survived_without_invalid_flaps,
+            a_lasting_failure_to_scale_is_reported_once_and_cleared,
         ],
         true,
     )
@@ -136,6 +139,21 @@ async fn budget(env: &TestEnv, namespace: &str, name: &str) -> Option<BacklogBud
 
 async fn phase(env: &TestEnv, namespace: &str, name: &str) -> Option<BudgetPhase> {
     budget(env, namespace, name).await?.status?.phase
+}
+
+/// Condition `type_` of the budget.
+async fn full_condition(
+    env: &TestEnv,
+    namespace: &str,
+    name: &str,
+    type_: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    budget(env, namespace, name)
+        .await?
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
 }
 
 /// The status of condition `type_` of the budget.
@@ -277,6 +295,7 @@ fn launch(env: &TestEnv, namespace: &str, identity: &str, elect: bool) -> Launch
         prometheus: Some(env.prometheus_url().to_owned()),
         election: elect.then(|| election(namespace)),
         kubeconfig: None,
+        args: Vec::new(),
     }
 }
 
@@ -736,9 +755,20 @@ fn an_api_server_restart_is_survived_without_invalid_flaps(env: &TestEnv) {
                 loop {
                     // Errors are expected while the API server is down.
                     if let Ok(found) = budgets.get(name).await
-                        && let Some(phase) = found.status.and_then(|s| s.phase)
+                        && let Some(status) = found.status
+                        && let Some(phase) = status.phase
                     {
-                        phases.lock().expect("phases").push((Instant::now(), phase));
+                        // Every condition but the ones that report on the load itself.
+                        let steady: Vec<(String, String)> = status
+                            .conditions
+                            .iter()
+                            .filter(|c| matches!(c.type_.as_str(), "Ready" | "Stalled" | "Synced"))
+                            .map(|c| (c.type_.clone(), c.status.clone()))
+                            .collect();
+                        phases
+                            .lock()
+                            .expect("phases")
+                            .push((Instant::now(), phase, steady));
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
@@ -750,7 +780,7 @@ fn an_api_server_restart_is_survived_without_invalid_flaps(env: &TestEnv) {
                 .lock()
                 .expect("phases")
                 .iter()
-                .filter(|(at, _)| *at > after)
+                .filter(|(at, _, _)| *at > after)
                 .count()
         };
         let watching = Instant::now();
@@ -780,7 +810,7 @@ fn an_api_server_restart_is_survived_without_invalid_flaps(env: &TestEnv) {
                 .lock()
                 .expect("phases")
                 .last()
-                .is_some_and(|(at, _)| *at > recovered_at + 3 * POLL);
+                .is_some_and(|(at, _, _)| *at > recovered_at + 3 * POLL);
             late.then_some(()).ok_or(samples(recovered_at))
         })
         .await;
@@ -790,8 +820,27 @@ fn an_api_server_restart_is_survived_without_invalid_flaps(env: &TestEnv) {
             .lock()
             .expect("phases")
             .iter()
-            .map(|(_, phase)| *phase)
+            .map(|(_, phase, _)| *phase)
             .collect();
+        // An outage shorter than --report-failures-after (1m by default) is no news: Ready
+        // stays True, nothing is Stalled, and Synced is never written.
+        let conditions_seen: Vec<Vec<(String, String)>> = phases
+            .lock()
+            .expect("phases")
+            .iter()
+            .map(|(_, _, conditions)| conditions.clone())
+            .collect();
+        let steady = vec![
+            ("Ready".to_owned(), "True".to_owned()),
+            ("Stalled".to_owned(), "False".to_owned()),
+        ];
+        let moved: Vec<&Vec<(String, String)>> =
+            conditions_seen.iter().filter(|c| **c != steady).collect();
+        assert!(
+            moved.is_empty(),
+            "conditions moved during the restart: {:?}",
+            moved.first()
+        );
         assert!(
             samples(killed_at) > 0,
             "the budget's phase was sampled after the restart"
@@ -819,4 +868,131 @@ fn dedup(phases: &[BudgetPhase]) -> Vec<BudgetPhase> {
         }
     }
     out
+}
+
+/// How long the next test's operator lets a transient failure last before it says so.
+const REPORT_AFTER: Duration = Duration::from_secs(3);
+
+/// A validating webhook on every update of the namespace's Deployments and their scale,
+/// whose server is not there: the API server answers each such write with a 500, a transient
+/// failure as far as the operator can tell, that lasts until the webhook is removed.
+fn unreachable_webhook(namespace: &str) -> ValidatingWebhookConfiguration {
+    // A loopback port nothing listens on: each call is refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": format!("{namespace}-scale")},
+        "webhooks": [{
+            "name": "scale.faults.backlog.dev",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate")},
+            "rules": [{
+                "apiGroups": ["apps"],
+                "apiVersions": ["v1"],
+                "operations": ["UPDATE"],
+                "resources": ["deployments", "deployments/scale"],
+                "scope": "Namespaced",
+            }],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 1,
+        }],
+    }))
+    .expect("a webhook configuration")
+}
+
+/// Transient failures change nothing a user sees until they last: the budget stays Ready and
+/// keeps its phase; once the failing scale writes have lasted `--report-failures-after`, its
+/// `Synced` condition says so once, naming the call; the first success sets it back.
+fn a_lasting_failure_to_scale_is_reported_once_and_cleared(env: &TestEnv) {
+    let _shared = SHARED_PROCESSES.read();
+    let namespace = env.fresh_namespace("scale-refused");
+    let name = "orders";
+    env.block_on(async {
+        let load = Load::start(env, &namespace, name, 1).await;
+        let identity = format!("{namespace}-op");
+        let mut launched = launch(env, &namespace, &identity, false);
+        launched.args = vec![format!("--report-failures-after={}s", REPORT_AFTER.as_secs())];
+        let mut operator = OperatorProcess::start(env, launched);
+        let settled = wait_settled(env, &namespace, name).await;
+        assert_eq!(full_condition(env, &namespace, name, "Synced").await, None, "nothing to report yet");
+
+        let webhooks = Api::<ValidatingWebhookConfiguration>::all(env.admin());
+        let webhook = unreachable_webhook(&namespace);
+        let webhook_name = webhook.metadata.name.clone().expect("a name");
+        webhooks
+            .create(&PostParams::default(), &webhook)
+            .await
+            .expect("create the webhook");
+        let refused_wall = to_timestamp(SystemTime::now());
+        let refused_at = Instant::now();
+        load.heavy();
+        let reported_at = first_moment(STEP, "Synced=False", || async {
+            full_condition(env, &namespace, name, "Synced")
+                .await
+                .is_some_and(|c| c.status == "False")
+        })
+        .await;
+        let reported = full_condition(env, &namespace, name, "Synced")
+            .await
+            .expect("Synced");
+        assert_eq!(reported.reason, "ApiServerError", "{}", reported.message);
+        for word in ["scale of Deployment", name, "webhook", "retried with backoff"] {
+            assert!(reported.message.contains(word), "{word:?} in {:?}", reported.message);
+        }
+        let quiet = reported_at - refused_at;
+        assert!(
+            quiet >= REPORT_AFTER,
+            "reported {quiet:?} after the first refusal; the threshold is {REPORT_AFTER:?}"
+        );
+        // Meanwhile nothing else a user sees moved: the target, the phase, Ready.
+        assert_eq!(replicas(env, &namespace, name).await, settled);
+        let status = budget(env, &namespace, name).await.and_then(|b| b.status).expect("status");
+        assert_ne!(status.phase, Some(BudgetPhase::Invalid));
+        assert_eq!(
+            condition(env, &namespace, name, "Ready").await.as_deref(),
+            Some("True"),
+            "a transient failure does not make the budget unready"
+        );
+        // Said once: three more polls of failures write the condition no more.
+        tokio::time::sleep_until((reported_at + 3 * POLL).into()).await;
+        let after = full_condition(env, &namespace, name, "Synced").await.expect("Synced");
+        assert_eq!(after.last_transition_time, reported.last_transition_time);
+        assert_eq!(after.message, reported.message, "the condition was not rewritten");
+
+        webhooks
+            .delete(&webhook_name, &Default::default())
+            .await
+            .expect("remove the webhook");
+        let removed_wall = to_timestamp(SystemTime::now());
+        let removed_at = Instant::now();
+        wait_replicas(env, &namespace, name, 6).await;
+        wait_until(STEP, "Synced=True after the first success", || async {
+            let synced = full_condition(env, &namespace, name, "Synced").await;
+            match synced {
+                Some(c) if c.status == "True" && c.reason == "Reconciled" => Ok(()),
+                other => Err(other.map(|c| (c.status, c.reason))),
+            }
+        })
+        .await;
+        let recovered = removed_at.elapsed();
+        let attempts = writes_by(env, &identity)
+            .into_iter()
+            .filter(|e| is_scale(e) && time_of(e) > refused_wall && time_of(e) < removed_wall)
+            .count();
+        assert!(operator.is_running(), "the operator exited");
+        eprintln!(
+            "fault-report: scale writes refused by an unreachable webhook for {:.1}s: Synced=False {:.2}s after the first refusal (threshold {}s), written once; {attempts} refused scale attempts (backoff); scaled and Synced=True {:.2}s after the webhook was removed",
+            (removed_at - refused_at).as_secs_f64(),
+            quiet.as_secs_f64(),
+            REPORT_AFTER.as_secs(),
+            recovered.as_secs_f64()
+        );
+        load.stop(env);
+    });
 }

@@ -1740,6 +1740,7 @@ fn kill_9_at_random_points_never_duplicates_or_skips_a_batch(env: &TestEnv) {
             election: None,
             // As the operator's ServiceAccount: only it may write replay status.
             kubeconfig: Some(kubeconfig_with_token(env, &token, &namespace)),
+            args: Vec::new(),
         },
     );
     let mut replays: Vec<(String, Vec<String>)> = Vec::new();

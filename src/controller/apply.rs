@@ -5,6 +5,8 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::synced::SYNCED;
+
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "backlog-operator";
 
@@ -20,6 +22,15 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     S: Serialize,
 {
+    let mut status = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
+    // The Synced condition has a field manager of its own: leaving it out of this apply keeps
+    // it as that manager last wrote it.
+    if let Some(conditions) = status
+        .get_mut("conditions")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        conditions.retain(|c| c.get("type").and_then(serde_json::Value::as_str) != Some(SYNCED));
+    }
     let body = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),

@@ -24,6 +24,8 @@ pub struct Context {
     pub worker_policy: WorkerPolicy,
     /// Where replay audit records go (the operator's standard output).
     pub audit: Arc<dyn AuditSink>,
+    /// How long transient reconcile failures last before an object's `Synced` condition says so.
+    pub report_failures_after: std::time::Duration,
 }
 
 impl Context {
@@ -45,7 +47,13 @@ impl Context {
             default_prometheus,
             worker_policy: WorkerPolicy::default(),
             audit: Arc::new(StdoutAudit),
+            report_failures_after: super::synced::DEFAULT_REPORT_AFTER,
         }
+    }
+
+    pub fn with_report_failures_after(mut self, after: std::time::Duration) -> Self {
+        self.report_failures_after = after;
+        self
     }
 
     pub fn with_worker_policy(mut self, policy: WorkerPolicy) -> Self {

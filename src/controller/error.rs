@@ -220,6 +220,21 @@ impl Error {
         }
     }
 
+    /// One line for people: the call and what the API server said (its message, code and
+    /// reason, without the rest of its answer), or the error as it displays.
+    pub fn summary(&self) -> String {
+        match self {
+            Error::Api {
+                call,
+                source: kube::Error::Api(status),
+            } => format!(
+                "{call}: {} ({} {})",
+                status.message, status.code, status.reason
+            ),
+            other => other.to_string(),
+        }
+    }
+
     /// The HTTP status the API server answered with, if it answered.
     pub fn status_code(&self) -> Option<u16> {
         match self {
@@ -366,5 +381,22 @@ mod tests {
         );
         let list = ApiCall::list::<Deployment>(None);
         assert_eq!(list.to_string(), "listing Deployments in all namespaces");
+    }
+
+    #[test]
+    fn a_summary_is_the_call_and_what_the_server_said() {
+        let mut status = kube::core::Status {
+            code: 500,
+            message: "failed calling webhook \"scale\"".to_owned(),
+            ..kube::core::Status::default()
+        };
+        status.reason = "InternalError".to_owned();
+        let error = Err::<(), _>(kube::Error::Api(Box::new(status)))
+            .during(|| ApiCall::on::<Deployment>(Verb::Apply, "shop", "orders"))
+            .unwrap_err();
+        assert_eq!(
+            error.summary(),
+            "applying Deployment shop/orders: failed calling webhook \"scale\" (500 InternalError)"
+        );
     }
 }

@@ -11,6 +11,7 @@ pub mod reconciler;
 pub mod replay;
 pub mod retry;
 pub mod retry_policy;
+pub mod synced;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -70,6 +71,8 @@ pub struct RunOptions {
     pub client: ClientSettings,
     /// With several replicas: only the holder of this Lease reconciles and writes.
     pub leader_election: Option<leader::LeaseSettings>,
+    /// How long transient reconcile failures last before an object's `Synced` condition says so.
+    pub report_failures_after: Duration,
 }
 
 /// What the shared context is built from.
@@ -80,6 +83,8 @@ pub struct ContextSettings {
     pub query_timeout: Duration,
     pub query_concurrency: usize,
     pub worker_policy: WorkerPolicy,
+    /// How long transient reconcile failures last before an object's `Synced` condition says so.
+    pub report_failures_after: Duration,
 }
 
 /// The shared context for a client: metrics, the query cache and the event recorder. Only
@@ -112,6 +117,7 @@ impl ContextSettings {
             query_timeout,
             query_concurrency,
             worker_policy: WorkerPolicy::default(),
+            report_failures_after: synced::DEFAULT_REPORT_AFTER,
         }
     }
 }
@@ -130,6 +136,7 @@ pub fn build_context(client: Client, settings: ContextSettings) -> Context {
     );
     Context::new(client, metrics, queries, settings.prometheus_url)
         .with_worker_policy(settings.worker_policy)
+        .with_report_failures_after(settings.report_failures_after)
 }
 
 /// Runs every controller on `context` until they stop (on a termination signal).
@@ -177,6 +184,7 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
             query_timeout: options.query_timeout,
             query_concurrency: options.query_concurrency,
             worker_policy: options.worker_policy.clone(),
+            report_failures_after: options.report_failures_after,
         },
     );
     let context = Arc::new(context);

@@ -31,6 +31,8 @@ pub struct Launch {
     pub election: Option<Election>,
     /// The kubeconfig to use (default: the cluster's, as admin).
     pub kubeconfig: Option<PathBuf>,
+    /// Further arguments of `backlog-operator run`.
+    pub args: Vec<String>,
 }
 
 pub struct OperatorProcess {
@@ -91,6 +93,7 @@ impl OperatorProcess {
         if let Some(url) = &launch.prometheus {
             args.push(format!("--prometheus-url={url}"));
         }
+        args.extend(launch.args.iter().cloned());
         if let Some(election) = &launch.election {
             args.extend([
                 "--leader-elect".to_owned(),
