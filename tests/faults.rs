@@ -929,6 +929,23 @@ fn a_lasting_failure_to_scale_is_reported_once_and_cleared(env: &TestEnv) {
             .create(&PostParams::default(), &webhook)
             .await
             .expect("create the webhook");
+        // The API server loads webhook configurations asynchronously: it is in effect once a
+        // dry-run scale write is refused by it (dry runs call webhooks without side effects).
+        let deployments = Api::<Deployment>::namespaced(env.admin(), &namespace);
+        wait_until(STEP, "the webhook refuses scale writes", || async {
+            let dry_run = PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            };
+            let scale = Patch::Merge(json!({"spec": {"replicas": settled + 1}}));
+            match deployments.patch_scale(name, &dry_run, &scale).await {
+                Err(kube::Error::Api(status)) if status.message.contains("failed calling webhook") => {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
         let refused_wall = to_timestamp(SystemTime::now());
         let refused_at = Instant::now();
         load.heavy();
