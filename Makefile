@@ -31,12 +31,12 @@ tools:
 
 # OCI image archives in $(IMAGES_DIR), built without a container engine from
 # release binaries (shared libraries and CA certificates from this machine's
-# Debian packages, user 65532): the operator, the reference replay worker and
-# the demo consumer. Reproducible: the same commit gives the same digests
+# Debian packages, user 65532): the operator, the reference replay and
+# compensation workers and the demo consumer. Reproducible: the same commit gives the same digests
 # (created = the commit's time).
 image:
 	$(CARGO) build --release -q --bins -p backlog-operator -p backlog-replay-worker \
-	  -p backlog-demo-consumer
+	  -p backlog-compensation-worker -p backlog-demo-consumer
 	$(CARGO) build -q -p local-cluster --bin local-cluster
 	@set -e; \
 	revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
@@ -55,6 +55,7 @@ image:
 	}; \
 	pack backlog-operator backlog-operator "Declarative retry policies, backlog budgets and approved replays for asynchronous consumers" 8080; \
 	pack replay-worker backlog-replay-worker "Reference ReplayJob worker"; \
+	pack compensation-worker backlog-compensation-worker "Reference Compensation worker"; \
 	pack demo-consumer backlog-demo-consumer "Demo consumer that follows its BacklogBudget's control document"
 
 # Starts the cluster in the background (harmless if it already runs) and prints

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use backlog_operator::api::{self, BacklogBudget, ReplayJob, RetryPolicy};
+use backlog_operator::api::{self, BacklogBudget, Compensation, ReplayJob, RetryPolicy};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, Request, Status};
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         strict_field_validation_refuses_unknown_fields,
         replay_scope_and_requester_are_immutable,
         printer_columns_show_in_the_server_table,
-        kubectl_get_backlog_lists_all_three_kinds,
+        kubectl_get_backlog_lists_every_kind,
     ];
     for path in yaml_files(&repo_path("examples/plans")) {
         let name = format!("plan_budget_is_accepted::{}", file_name(&path));
@@ -285,6 +285,7 @@ fn example_is_accepted(env: &TestEnv, path: &Path) {
     let typed = match kind.as_str() {
         "BacklogBudget" => serde_json::from_value::<BacklogBudget>(stored).map(|_| ()),
         "ReplayJob" => serde_json::from_value::<ReplayJob>(stored).map(|_| ()),
+        "Compensation" => serde_json::from_value::<Compensation>(stored).map(|_| ()),
         "RetryPolicy" => serde_json::from_value::<RetryPolicy>(stored).map(|_| ()),
         other => panic!("{}: unexpected kind {other:?}", path.display()),
     };
@@ -565,6 +566,21 @@ fn showcase(kind: &str) -> (Value, Vec<(&'static str, Value)>) {
                 ("Reason", json!("canary batch 1 of 2 running")),
             ],
         ),
+        "Compensation" => (
+            json!({
+                "phase": "Executing",
+                "message": "the worker runs in Job compensation-3f1c",
+            }),
+            vec![
+                ("Phase", json!("Executing")),
+                ("Compensation Id", json!("refund-o-123")),
+                ("Reason Code", json!("DuplicateEffect")),
+                ("Requested By", json!("alice")),
+                // Not approved yet in the example.
+                ("Approved By", json!(null)),
+                ("Reason", json!("the worker runs in Job compensation-3f1c")),
+            ],
+        ),
         "RetryPolicy" => (
             json!({
                 "worstCaseRetryDelay": "10.7s",
@@ -736,7 +752,7 @@ async fn kubectl(env: &TestEnv, args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn kubectl_get_backlog_lists_all_three_kinds(env: &TestEnv) {
+fn kubectl_get_backlog_lists_every_kind(env: &TestEnv) {
     let namespace = env.fresh_namespace("category");
     let client = env.admin();
     env.block_on(async {
@@ -745,7 +761,7 @@ fn kubectl_get_backlog_lists_all_three_kinds(env: &TestEnv) {
             .iter()
             .map(|(kind, name)| format!("{}.{}/{name}", kind.to_lowercase(), api::GROUP))
             .collect();
-        assert_eq!(want.len(), 3, "{want:?}");
+        assert_eq!(want.len(), all_kinds().len(), "{want:?}");
 
         let listed = wait_until(
             DISCOVERY_TIMEOUT,
@@ -761,13 +777,20 @@ fn kubectl_get_backlog_lists_all_three_kinds(env: &TestEnv) {
             },
         )
         .await;
-        assert_eq!(listed.len(), 3);
+        assert_eq!(listed.len(), all_kinds().len());
 
         // The human-readable form carries each kind's printer columns.
         let table = kubectl(env, &["get", "backlog", "-n", &namespace])
             .await
             .expect("kubectl get backlog");
-        for header in ["PHASE", "DESIRED", "PARTITIONS", "REQUESTED BY", "ATTEMPTS"] {
+        for header in [
+            "PHASE",
+            "DESIRED",
+            "PARTITIONS",
+            "REQUESTED BY",
+            "ATTEMPTS",
+            "COMPENSATION ID",
+        ] {
             assert!(table.contains(header), "no {header} column in:\n{table}");
         }
 
@@ -776,6 +799,7 @@ fn kubectl_get_backlog_lists_all_three_kinds(env: &TestEnv) {
             ("bb", "backlogbudget"),
             ("rj", "replayjob"),
             ("rp", "retrypolicy"),
+            ("comp", "compensation"),
         ] {
             let out = kubectl(env, &["get", short, "-n", &namespace, "-o", "name"])
                 .await

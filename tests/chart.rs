@@ -452,7 +452,12 @@ fn the_chart_lints_and_packages_the_crds_it_links(env: &TestEnv) {
         assert!(inside == outside, "crds/{file} differs in the package");
     }
     // The admission policy files travel too, unchanged (templates read them with .Files).
-    for policy in ["policies/replayjob.yaml", "policies/status-owner.yaml"] {
+    for policy in [
+        "policies/compensation.yaml",
+        "policies/replayjob.yaml",
+        "policies/status-owner.yaml",
+        "policies/worker-pod.yaml",
+    ] {
         assert!(
             std::fs::read(out.join("backlog-operator").join(policy)).expect("packaged policy")
                 == std::fs::read(chart_dir().join(policy)).expect("policy"),
@@ -583,8 +588,10 @@ fn helm_template_renders_rbac_for_both_modes(env: &TestEnv) {
     assert_eq!(
         policy_names,
         [
+            "rendered-backlog-operator.compensation.backlog.dev",
             "rendered-backlog-operator.replayjob.backlog.dev",
-            "rendered-backlog-operator.status-owner.backlog.dev"
+            "rendered-backlog-operator.status-owner.backlog.dev",
+            "rendered-backlog-operator.worker-pod.backlog.dev"
         ]
     );
     for binding in of_kind(&cluster, "ValidatingAdmissionPolicyBinding") {
@@ -858,6 +865,11 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
                 ("get", "secrets", Some(&apps), false),
                 ("list", "secrets", None, false),
                 ("create", "pods", Some(&apps), false),
+                ("list", "pods", Some(&apps), true),
+                ("list", "pods", Some(&other), false),
+                ("get", "pods", Some(&apps), false),
+                ("patch", "backlog.dev:compensations/status", Some(&apps), true),
+                ("update", "backlog.dev:compensations", Some(&apps), false),
                 ("delete", "configmaps", Some(&apps), false),
                 ("list", "configmaps", None, false),
                 ("delete", "batch:jobs", Some(&apps), false),
@@ -991,6 +1003,7 @@ async fn make_namespace_admin(env: &TestEnv, namespace: &str, user: &str) {
             "rules": [
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
                 {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"], "verbs": ["get", "list", "create", "update", "patch", "delete"]},
             ],
         }),
@@ -1385,7 +1398,11 @@ fn installing_the_packaged_chart_installs_the_crds(env: &TestEnv) {
                 .to_owned()
         })
         .collect();
-    assert_eq!(crd_names.len(), 3, "{crd_names:?}");
+    assert_eq!(
+        crd_names.len(),
+        backlog_operator::api::all_crds().len(),
+        "{crd_names:?}"
+    );
     env.block_on(async {
         let kubeconfig =
             kube::config::Kubeconfig::read_from(bare.kubeconfig_path()).expect("kubeconfig");

@@ -9,8 +9,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -20,10 +19,10 @@ use backlog_operator::controller::replay::{
     EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, LogParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -33,11 +32,6 @@ use support::process::{Launch, OperatorProcess, kubeconfig_with_token};
 use support::refusal::{assert_mentions, refused};
 use support::{TestEnv, wait_until};
 
-const POLICY_DIR: &str = "charts/backlog-operator/policies";
-/// The operator's ServiceAccount, as the policies' default parameters name it
-/// (`system:serviceaccount:backlog-operator:backlog-operator`).
-const POLICY_NAMESPACE: &str = "backlog-operator";
-const OPERATOR_ACCOUNT: &str = "backlog-operator";
 /// The ServiceAccount the operator gives workers whose template names none.
 const WORKER_ACCOUNT: &str = "replay-worker";
 /// How long the operator may take for one step (a reconcile, a Prometheus scrape, a retry).
@@ -105,202 +99,7 @@ fn operator_client(env: &TestEnv) -> Client {
 }
 
 async fn install(env: &TestEnv) -> Result<String, String> {
-    let admin = env.admin();
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(POLICY_NAMESPACE.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    match Api::<Namespace>::all(admin.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => return Err(format!("creating namespace {POLICY_NAMESPACE}: {e}")),
-    }
-    support::identity::ensure_service_account(env, POLICY_NAMESPACE, OPERATOR_ACCOUNT).await;
-    let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join(POLICY_DIR);
-    kubectl(
-        env,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=replay-test",
-            "-f",
-            &policies.to_string_lossy(),
-        ],
-    )
-    .await?;
-    // The operator may do what its controllers do (tests/chart.rs proves the chart's own
-    // rules); the status policy decides that only it writes status.
-    let rbac = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: replay-test-operator}
-rules:
-  - apiGroups: [backlog.dev]
-    resources: [replayjobs, backlogbudgets, retrypolicies]
-    verbs: [get, list, watch]
-  - apiGroups: [backlog.dev]
-    resources: [replayjobs/status, backlogbudgets/status, retrypolicies/status]
-    verbs: [get, patch]
-  - apiGroups: [batch]
-    resources: [jobs]
-    verbs: [get, list, watch, create, patch]
-  - apiGroups: [""]
-    resources: [configmaps]
-    verbs: [get, create, patch]
-  - apiGroups: [apps]
-    resources: [deployments, statefulsets]
-    verbs: [get, list, watch]
-  - apiGroups: [autoscaling]
-    resources: [horizontalpodautoscalers]
-    verbs: [list, watch]
-  - apiGroups: [events.k8s.io]
-    resources: [events]
-    verbs: [create, patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: replay-test-operator}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: replay-test-operator}
-subjects:
-  - {kind: ServiceAccount, name: backlog-operator, namespace: backlog-operator}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: replay-test-users}
-rules:
-  - apiGroups: [backlog.dev]
-    resources: [replayjobs]
-    verbs: [get, list, watch, create, update, patch, delete]
-  - apiGroups: [""]
-    resources: [configmaps]
-    verbs: [get, list, create, update, patch]
-  - apiGroups: [batch]
-    resources: [jobs]
-    verbs: [get, list, watch]
-  - apiGroups: [events.k8s.io]
-    resources: [events]
-    verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: replay-test-users}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: replay-test-users}
-subjects:
-  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
-  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}
-  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: carol}
-"#;
-    let rbac_file = env.cluster().state_dir().join("replay-test-rbac.yaml");
-    std::fs::write(&rbac_file, rbac).map_err(|e| format!("writing {rbac_file:?}: {e}"))?;
-    kubectl(
-        env,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=replay-test",
-            "-f",
-            &rbac_file.to_string_lossy(),
-        ],
-    )
-    .await?;
-
-    let token =
-        support::identity::service_account_token(env, POLICY_NAMESPACE, OPERATOR_ACCOUNT).await;
-
-    // The policy is enforced once a create on someone else's behalf is refused with its
-    // message (a dry run: nothing is created).
-    let probe = serde_json::from_value::<ReplayJob>(replay_body("probe", "bob", &["a"], None))
-        .map_err(|e| e.to_string())?;
-    let replays = Api::<ReplayJob>::namespaced(env.client("alice"), "default");
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    wait_until(
-        STEP,
-        "the four-eyes policy refuses a create on behalf of bob",
-        || async {
-            match replays.create(&dry_run, &probe).await {
-                Err(kube::Error::Api(status))
-                    if status.message.contains("spec.requestedBy must be the user") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
-
-    // The status policy is a policy of its own, loaded on its own schedule: it is enforced once
-    // an admin's status write to a replay is refused (a dry run on a probe alice owns).
-    let probe =
-        serde_json::from_value::<ReplayJob>(replay_body("status-probe", "alice", &["a"], None))
-            .map_err(|e| e.to_string())?;
-    match replays.create(&PostParams::default(), &probe).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => return Err(format!("creating the status probe: {e}")),
-    }
-    let admin_replays = Api::<ReplayJob>::namespaced(admin.clone(), "default");
-    let dry_patch = PatchParams {
-        dry_run: true,
-        ..PatchParams::default()
-    };
-    let write = Patch::Merge(json!({"status": {"phase": "Succeeded"}}));
-    wait_until(
-        STEP,
-        "the status policy refuses an admin's status write",
-        || async {
-            match admin_replays
-                .patch_status("status-probe", &dry_patch, &write)
-                .await
-            {
-                Err(kube::Error::Api(status))
-                    if status.message.contains("is written only by the operator") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
-    admin_replays
-        .delete("status-probe", &Default::default())
-        .await
-        .map_err(|e| format!("deleting the status probe: {e}"))?;
-    Ok(token)
-}
-
-async fn kubectl(env: &TestEnv, args: &[&str]) -> Result<String, String> {
-    let kubectl = env
-        .cluster()
-        .kubectl_path()
-        .ok_or("the control plane comes without kubectl")?
-        .to_path_buf();
-    let mut command = Command::new(kubectl);
-    command
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig_path())
-        .arg("--cache-dir")
-        .arg(env.cluster().state_dir().join("kubectl-cache"))
-        .args(args);
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .map_err(|e| format!("kubectl task: {e}"))?
-        .map_err(|e| format!("running kubectl: {e}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).into_owned())
-    }
+    support::four_eyes::install(env).await
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-//! The public API: the three custom resources of group `backlog.dev`, version `v1alpha1`.
+//! The public API: the custom resources of group `backlog.dev`, version `v1alpha1`.
 
 pub mod backlog_budget;
+pub mod compensation;
 pub mod conditions;
 pub mod definitions;
 pub mod readiness;
@@ -12,6 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use backlog_budget::{BacklogBudget, BacklogBudgetSpec, BacklogBudgetStatus};
+pub use compensation::{Compensation, CompensationSpec, CompensationStatus};
 pub use replay_job::{ReplayJob, ReplayJobSpec, ReplayJobStatus};
 pub use retry_policy::{RetryPolicy, RetryPolicySpec, RetryPolicyStatus};
 
@@ -20,7 +22,12 @@ pub const GROUP: &str = "backlog.dev";
 
 /// Every CRD, in the order `crds/` and `backlog-operator crd` list them.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![BacklogBudget::crd(), ReplayJob::crd(), RetryPolicy::crd()]
+    vec![
+        BacklogBudget::crd(),
+        Compensation::crd(),
+        ReplayJob::crd(),
+        RetryPolicy::crd(),
+    ]
 }
 
 /// The file name under `crds/` for a CRD (e.g. `backlogbudgets.backlog.dev.yaml`).

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
 use super::backlog_budget::BudgetPhase;
+use super::compensation::CompensationPhase;
 use super::conditions::{ConditionSpec, Truth, merge_conditions};
 use super::replay_job::ReplayPhase;
 
@@ -83,6 +84,29 @@ pub fn of_replay(phase: Option<ReplayPhase>, message: Option<&str>) -> Readiness
             Readiness::Stalled { reason, message }
         }
         _ => Readiness::InProgress { reason, message },
+    }
+}
+
+/// A compensation is Ready once it succeeded or turned out to be a duplicate (the id's first
+/// Compensation has the result; this one has no second effect); Stalled at every other end
+/// and when refused (each waits for a person: to re-evaluate, to reconcile an unknown outcome
+/// downstream, to fix the template); in progress otherwise.
+pub fn of_compensation(phase: Option<CompensationPhase>, message: Option<&str>) -> Readiness {
+    let reason = phase.map_or_else(|| "Pending".to_owned(), |p| format!("{p:?}"));
+    let message = message.unwrap_or_default().to_owned();
+    match phase {
+        Some(CompensationPhase::Succeeded | CompensationPhase::Duplicate) => {
+            Readiness::Ready { reason, message }
+        }
+        Some(
+            CompensationPhase::Refused
+            | CompensationPhase::PreconditionFailed
+            | CompensationPhase::Unknown
+            | CompensationPhase::Failed,
+        ) => Readiness::Stalled { reason, message },
+        Some(CompensationPhase::AwaitingApproval | CompensationPhase::Executing) | None => {
+            Readiness::InProgress { reason, message }
+        }
     }
 }
 

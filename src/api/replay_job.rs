@@ -117,7 +117,7 @@ pub struct ReplayJobSpec {
 
 /// The pod template is validated by the API server when the operator creates the Job, so the
 /// CRD keeps it opaque instead of embedding the whole PodSpec schema.
-fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "description": "A PodTemplateSpec for the replay worker; it must have at least one container.",

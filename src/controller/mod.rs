@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod budget;
+pub mod compensation;
 pub mod context;
 pub mod error;
 pub mod leader;
@@ -12,6 +13,7 @@ pub mod replay;
 pub mod retry;
 pub mod retry_policy;
 pub mod synced;
+pub mod worker_pod;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -143,6 +145,7 @@ pub fn build_context(client: Client, settings: ContextSettings) -> Context {
 pub async fn run_controllers(context: Arc<Context>, scope: Scope) {
     tokio::join!(
         budget::run(context.clone(), scope.clone()),
+        compensation::run(context.clone(), scope.clone()),
         replay::run(context.clone(), scope.clone()),
         retry_policy::run(context.clone(), scope.clone())
     );

@@ -9,8 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use backlog_operator::api::backlog_budget::BudgetPhase;
+use backlog_operator::api::compensation::CompensationPhase;
 use backlog_operator::api::replay_job::ReplayPhase;
-use backlog_operator::api::{BacklogBudget, ReplayJob, RetryPolicy};
+use backlog_operator::api::{BacklogBudget, Compensation, ReplayJob, RetryPolicy};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -192,6 +193,35 @@ fn target(name: &str) -> Value {
     })
 }
 
+/// A compensation by the reference worker; `current` is the state the worker finds.
+fn compensation(name: &str, current: Option<&str>) -> Value {
+    let env = match current {
+        Some(state) => json!([{"name": "COMPENSATION_WORKER_CURRENT", "value": state}]),
+        None => json!([]),
+    };
+    json!({
+        "apiVersion": "backlog.dev/v1alpha1",
+        "kind": "Compensation",
+        "metadata": {"name": name},
+        "spec": {
+            "compensationId": name,
+            "sourceEventId": "evt-1",
+            "businessKey": "order/o-1",
+            "reasonCode": "DuplicateEffect",
+            "requestedBy": "alice",
+            "expectedCurrentStateAndVersion": {"resource": "payments/o-1", "state": "CAPTURED_TWICE", "version": "7"},
+            "proposedAction": {"description": "refund the second capture", "subActions": ["refund"]},
+            "affectedResources": ["payments/o-1"],
+            "dryRunEvidence": "GitOps health of a compensation",
+            "template": {"spec": {"containers": [{
+                "name": "worker",
+                "image": crate::support::image("backlog-compensation-worker"),
+                "env": env,
+            }]}},
+        }
+    })
+}
+
 fn replay(name: &str, ids: &[&str], reject: Option<&str>) -> Value {
     let mut container = json!({"name": "replay", "image": image("backlog-replay-worker")});
     if let Some(id) = reject {
@@ -263,6 +293,23 @@ pub fn argo_and_kstatus_read_the_operators_statuses(env: &TestEnv) {
             replay("broken", &["b-1", "b-2"], Some("b-1")),
         )
         .await;
+        // Compensations: one waiting for approval, one that succeeds, one whose precondition
+        // moved on.
+        for (name, current) in [("comp-waiting", None), ("comp-done", None), ("comp-moved", Some("REFUNDED@8"))] {
+            create::<Compensation>(env, &namespace, compensation(name, current)).await;
+        }
+        for name in ["comp-done", "comp-moved"] {
+            let compensations = Api::<Compensation>::namespaced(env.admin(), &namespace);
+            let sha = wait_until(STEP, "the compensation's request is frozen", || async {
+                compensations.get(name).await.ok()?.status?.request.map(|r| r.sha256)
+            })
+            .await;
+            let approval = json!({"spec": {"approval": {"approvedBy": "bob", "requestSha256": sha}}});
+            compensations
+                .patch(name, &PatchParams::default(), &Patch::Merge(&approval))
+                .await
+                .expect("approve");
+        }
         for name in ["done", "broken"] {
             let replays = Api::<ReplayJob>::namespaced(env.admin(), &namespace);
             // An approval names the frozen list it covers.
@@ -282,6 +329,9 @@ pub fn argo_and_kstatus_read_the_operators_statuses(env: &TestEnv) {
         };
         let replay_in = |want: ReplayPhase| {
             move |r: &ReplayJob| r.status.as_ref().and_then(|s| s.phase) == Some(want)
+        };
+        let compensation_in = |want: CompensationPhase| {
+            move |c: &Compensation| c.status.as_ref().and_then(|s| s.phase) == Some(want)
         };
         vec![
             (
@@ -369,6 +419,42 @@ pub fn argo_and_kstatus_read_the_operators_statuses(env: &TestEnv) {
                     "broken",
                     "a replay that halted",
                     replay_in(ReplayPhase::Halted),
+                )
+                .await,
+                "Degraded",
+                "Failed",
+            ),
+            (
+                wait_for::<Compensation>(
+                    env,
+                    &namespace,
+                    "comp-waiting",
+                    "a compensation awaiting approval",
+                    compensation_in(CompensationPhase::AwaitingApproval),
+                )
+                .await,
+                "Suspended",
+                "InProgress",
+            ),
+            (
+                wait_for::<Compensation>(
+                    env,
+                    &namespace,
+                    "comp-done",
+                    "a compensation that succeeded",
+                    compensation_in(CompensationPhase::Succeeded),
+                )
+                .await,
+                "Healthy",
+                "Current",
+            ),
+            (
+                wait_for::<Compensation>(
+                    env,
+                    &namespace,
+                    "comp-moved",
+                    "a compensation whose precondition moved on",
+                    compensation_in(CompensationPhase::PreconditionFailed),
                 )
                 .await,
                 "Degraded",

@@ -24,6 +24,7 @@
 #![allow(dead_code)] // every test binary uses a different part of this module
 
 pub mod exporter;
+pub mod four_eyes;
 pub mod helm;
 pub mod identity;
 pub mod operator;
@@ -399,9 +400,10 @@ pub fn image_archives() -> Result<Vec<PathBuf>, String> {
 }
 
 /// The images `make image` builds.
-pub const IMAGES: [&str; 3] = [
+pub const IMAGES: [&str; 4] = [
     "backlog-operator",
     "backlog-replay-worker",
+    "backlog-compensation-worker",
     "backlog-demo-consumer",
 ];
 

@@ -79,7 +79,7 @@ parameters are literals in them).
 # The custom resources: Controller and reflector watches (list, watch); a budget reads the
 # RetryPolicy it references (get).
 - apiGroups: ["backlog.dev"]
-  resources: ["backlogbudgets", "replayjobs"]
+  resources: ["backlogbudgets", "replayjobs", "compensations"]
   verbs: ["list", "watch"]
 - apiGroups: ["backlog.dev"]
   resources: ["retrypolicies"]
@@ -93,6 +93,11 @@ parameters are literals in them).
 - apiGroups: ["backlog.dev"]
   resources: ["retrypolicies/status", "replayjobs/status"]
   verbs: ["patch"]
+# A compensation's start and Job uid are the record that keeps its worker from running twice:
+# read fresh from the status subresource (get), never from a cache.
+- apiGroups: ["backlog.dev"]
+  resources: ["compensations/status"]
+  verbs: ["get", "patch"]
 # Scale targets: watched to react to replica changes (list, watch), read for spec.replicas and
 # status.readyReplicas (get), scaled through /scale with server-side apply (patch).
 - apiGroups: ["apps"]
@@ -134,6 +139,12 @@ parameters are literals in them).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["create", "patch"]
+# Compensations: the claim on a compensationId and the frozen request, and the result, are
+# immutable ConfigMaps (create, get, as above); the worker's report is its pod's termination
+# message (list the Job's pods).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 {{- end }}
 
 {{- define "backlog-operator.budgetNamespaceRules" -}}

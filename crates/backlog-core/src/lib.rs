@@ -9,6 +9,7 @@ pub mod capacity_check;
 pub mod capacity_plan;
 pub mod class_breaker;
 pub mod classification;
+pub mod compensation_plan;
 pub mod condition;
 pub mod drain;
 pub mod duration;

@@ -44,3 +44,39 @@ pub enum ReplayPhase {
     /// Stopped for good after a stage started.
     Halted,
 }
+
+/// Where a compensation is in its life. Every phase from `Duplicate` on is terminal: the
+/// operator never runs the compensation again, whatever changes afterwards.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CompensationPhase {
+    /// The request is frozen; a second person approves exactly that.
+    AwaitingApproval,
+    /// The operator's checks or the API server refuse the worker's template: fix the spec
+    /// (an approver removes spec.approval first) and approve again.
+    Refused,
+    /// The worker runs: it reads the precondition, then executes the sub-actions.
+    Executing,
+    /// Another Compensation with the same compensationId came first: this one never runs.
+    Duplicate,
+    /// Every sub-action succeeded.
+    Succeeded,
+    /// The current state was not the expected one: nothing was done; re-evaluate.
+    PreconditionFailed,
+    /// Some outcome is not known: reconcile it by its operation id, never re-run it.
+    Unknown,
+    /// A sub-action failed with a known outcome.
+    Failed,
+}
+
+impl CompensationPhase {
+    /// Whether the phase is final: nothing is decided or run again.
+    pub fn terminal(self) -> bool {
+        !matches!(
+            self,
+            CompensationPhase::AwaitingApproval
+                | CompensationPhase::Refused
+                | CompensationPhase::Executing
+        )
+    }
+}

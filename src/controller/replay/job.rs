@@ -5,16 +5,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, EnvVar, KeyToPath, PodSecurityContext, PodSpec,
-    SeccompProfile, SecurityContext, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::api::replay_job::{FrozenScope, ReplayJob};
 use crate::controller::apply::FIELD_MANAGER;
+use crate::controller::worker_pod::{self, FrozenMount};
 use crate::core::replay_plan::{Pacing, StageRecord, expected_shape, operation_id};
 
 /// Label on every Job (and its Pods) of a replay: the replay's name.
@@ -97,54 +95,6 @@ fn contract_env(replay: &ReplayJob, record: &StageRecord, scope: &FrozenScope) -
         .collect()
 }
 
-/// The restricted Pod Security profile, field by field where the template leaves a field unset:
-/// what the template sets explicitly wins.
-fn restrict_pod(pod: &mut PodSecurityContext) {
-    pod.run_as_non_root.get_or_insert(true);
-    pod.seccomp_profile.get_or_insert_with(runtime_default);
-}
-
-fn restrict_container(container: &mut Container) {
-    let context = container
-        .security_context
-        .get_or_insert_with(SecurityContext::default);
-    context.run_as_non_root.get_or_insert(true);
-    context.allow_privilege_escalation.get_or_insert(false);
-    context.read_only_root_filesystem.get_or_insert(true);
-    // Every capability is dropped whatever the template says; it may add back only what the
-    // restricted profile allows (the pod policy refuses the rest).
-    let capabilities = context
-        .capabilities
-        .get_or_insert_with(Capabilities::default);
-    let drop = capabilities.drop.get_or_insert_with(Vec::new);
-    if !drop.iter().any(|c| c == "ALL") {
-        drop.push("ALL".to_owned());
-    }
-    context.seccomp_profile.get_or_insert_with(runtime_default);
-}
-
-fn runtime_default() -> SeccompProfile {
-    SeccompProfile {
-        type_: "RuntimeDefault".to_owned(),
-        localhost_profile: None,
-    }
-}
-
-fn wire_container(container: &mut Container, env: &[EnvVar]) {
-    let vars = container.env.get_or_insert_with(Vec::new);
-    vars.retain(|var| !env.iter().any(|ours| ours.name == var.name));
-    vars.extend(env.iter().cloned());
-    let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
-    mounts.retain(|m| m.name != SCOPE_VOLUME && m.mount_path != SCOPE_MOUNT_DIR);
-    mounts.push(VolumeMount {
-        name: SCOPE_VOLUME.to_owned(),
-        mount_path: SCOPE_MOUNT_DIR.to_owned(),
-        read_only: Some(true),
-        ..VolumeMount::default()
-    });
-    restrict_container(container);
-}
-
 /// The labels of a stage's Job and Pods.
 pub fn labels(replay: &str, record: &StageRecord) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -174,52 +124,18 @@ pub fn build(
     let labels = labels(&name, record);
     let env = contract_env(replay, record, scope);
 
-    let mut template = replay.spec.template.clone();
-    let metadata = template.metadata.get_or_insert_with(ObjectMeta::default);
-    metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .extend(labels.clone());
-    let pod = template.spec.get_or_insert_with(PodSpec::default);
-    // Indexed Jobs with backoffLimitPerIndex require it; a retry is a new Pod anyway.
-    pod.restart_policy = Some("Never".to_owned());
-    // A worker without a ServiceAccount of its own would get the namespace's `default` one;
-    // it gets the dedicated one instead (the pod policy refuses any other).
-    if pod
-        .service_account_name
-        .as_deref()
-        .is_none_or(str::is_empty)
-        && pod.service_account.as_deref().is_none_or(str::is_empty)
-    {
-        pod.service_account_name = Some(worker_account.to_owned());
-    }
-    restrict_pod(
-        pod.security_context
-            .get_or_insert_with(PodSecurityContext::default),
+    let template = worker_pod::prepare(
+        replay.spec.template.clone(),
+        &labels,
+        &env,
+        &FrozenMount {
+            volume: SCOPE_VOLUME,
+            dir: SCOPE_MOUNT_DIR,
+            config_map: &scope.config_map,
+            key: EVENT_IDS_KEY,
+        },
+        worker_account,
     );
-    for container in pod
-        .containers
-        .iter_mut()
-        .chain(pod.init_containers.iter_mut().flatten())
-    {
-        wire_container(container, &env);
-    }
-    let volumes = pod.volumes.get_or_insert_with(Vec::new);
-    volumes.retain(|v| v.name != SCOPE_VOLUME);
-    volumes.push(Volume {
-        name: SCOPE_VOLUME.to_owned(),
-        config_map: Some(ConfigMapVolumeSource {
-            name: scope.config_map.clone(),
-            items: Some(vec![KeyToPath {
-                key: EVENT_IDS_KEY.to_owned(),
-                path: EVENT_IDS_KEY.to_owned(),
-                mode: None,
-            }]),
-            default_mode: Some(0o444),
-            optional: Some(false),
-        }),
-        ..Volume::default()
-    });
 
     let shape = expected_shape(&record.stage, pacing);
     let small = |value: Option<i64>| value.and_then(|v| i32::try_from(v).ok());
@@ -312,6 +228,7 @@ mod tests {
     use super::*;
     use crate::api::replay_job::ReplayJobSpec;
     use crate::core::replay_plan::{BatchPlan, job_name, stages};
+    use k8s_openapi::api::core::v1::Container;
     use k8s_openapi::jiff::Timestamp;
 
     fn replay(template: serde_json::Value) -> ReplayJob {

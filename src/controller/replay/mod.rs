@@ -6,10 +6,10 @@
 //! Jobs, asks Prometheus when the decision needs it, and writes what was decided. Children are
 //! trusted only by the uid the API server answered the operator's create with.
 
-mod adopt;
+pub(crate) mod adopt;
 pub mod audit;
 mod facts;
-mod job;
+pub(crate) mod job;
 mod memory;
 pub mod pod_policy;
 mod reconcile;

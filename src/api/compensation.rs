@@ -1,0 +1,234 @@
+//! `Compensation` (`comp`): a new business action with a contract, approved by a second person,
+//! run once by the team's worker as a Job, and audited sub-action by sub-action. Not a
+//! rollback: it is checked against the current state before it does anything.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+pub use crate::core::compensation_plan::SubActionState;
+pub use crate::core::phase::CompensationPhase;
+
+/// A compensation: a new, approved business action that corrects the effect of an event.
+// kube-derive repeats `printcolumn(type_ = ...)` attributes by design.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "backlog.dev",
+    version = "v1alpha1",
+    kind = "Compensation",
+    namespaced,
+    status = "CompensationStatus",
+    shortname = "comp",
+    category = "backlog",
+    derive = "PartialEq",
+    doc = "A compensation: a new business action with a contract (precondition, proposed action, evidence), approved by a second person and run once by the team's worker.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Compensation Id",
+        type_ = "string",
+        json_path = ".spec.compensationId"
+    ),
+    printcolumn(name = "Reason Code", type_ = "string", json_path = ".spec.reasonCode"),
+    printcolumn(
+        name = "Requested By",
+        type_ = "string",
+        json_path = ".spec.requestedBy"
+    ),
+    printcolumn(
+        name = "Approved By",
+        type_ = "string",
+        json_path = ".spec.approval.approvedBy"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.message",
+        priority = 1
+    )
+)]
+#[x_kube(validation = Rule::new("!has(self.approval) || self.approval.approvedBy != self.requestedBy").message("approval.approvedBy must differ from requestedBy: a compensation needs a second person's approval").field_path(".approval.approvedBy"))]
+#[x_kube(validation = Rule::new("self.requestedBy == oldSelf.requestedBy").message("requestedBy is immutable after creation").field_path(".requestedBy"))]
+#[serde(rename_all = "camelCase")]
+pub struct CompensationSpec {
+    /// Unique in the namespace: a second Compensation with this id ends `Duplicate` and never
+    /// runs. Immutable.
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("compensationId is immutable: a different compensation is a new Compensation"))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._:/-]*$')").message("compensationId may hold letters, digits and . _ : / - and starts with a letter or digit"))]
+    pub compensation_id: String,
+    /// The event whose effect this compensates.
+    #[schemars(length(min = 1, max = 253))]
+    pub source_event_id: String,
+    /// The business entity it acts on (an order, an account).
+    #[schemars(length(min = 1, max = 253))]
+    pub business_key: String,
+    pub reason_code: ReasonCode,
+    /// The user asking; must be the user creating it.
+    #[schemars(length(min = 1, max = 253))]
+    pub requested_by: String,
+    /// A second person's approval of exactly the frozen request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<CompensationApproval>,
+    /// What must still be true before anything is done: read first, and if it no longer
+    /// holds, nothing is done (later legitimate progress is never overwritten).
+    pub expected_current_state_and_version: ExpectedState,
+    pub proposed_action: ProposedAction,
+    /// Everything the action may touch, for the reviewer and the audit.
+    #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 253)))]
+    pub affected_resources: Vec<String>,
+    /// What a dry run showed (its output or a link to it).
+    #[schemars(length(min = 1, max = 4096))]
+    pub dry_run_evidence: String,
+    /// The worker's pod template: the team's compensation tool image.
+    #[schemars(schema_with = "super::replay_job::pod_template_schema")]
+    pub template: PodTemplateSpec,
+}
+
+/// Why a compensation is needed: a controlled vocabulary, so that reports can count them.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReasonCode {
+    /// An effect happened twice (a charge, a shipment).
+    DuplicateEffect,
+    /// An effect that should have happened did not.
+    MissingEffect,
+    /// An effect happened with the wrong amount or content.
+    WrongAmount,
+    /// A reservation or hold outlived its purpose.
+    ExpiredHold,
+    /// The customer asked for it.
+    CustomerRequest,
+    /// Anything else; the dry-run evidence says what.
+    Other,
+}
+
+/// The state and version the worker must find before it acts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ExpectedState {
+    /// Where the state is read (e.g. `orders/o-123`).
+    #[schemars(length(min = 1, max = 253))]
+    pub resource: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub state: String,
+    /// The version (revision, sequence number, ETag) the state must still have.
+    #[schemars(length(min = 1, max = 253))]
+    pub version: String,
+}
+
+/// The business action, as sub-actions the worker runs in order.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProposedAction {
+    /// What it does, for people.
+    #[schemars(length(min = 1, max = 1024))]
+    pub description: String,
+    /// The sub-actions, in order; each gets the stable operation id
+    /// `<compensationId>/<index>-<name>`.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 63)))]
+    #[x_kube(validation = Rule::new("self.all(s, s.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$'))").message("proposedAction.subActions are lowercase names such as refund or notify-customer"))]
+    #[x_kube(validation = Rule::new("self.all(s, self.exists_one(t, t == s))").message("proposedAction.subActions must be distinct"))]
+    pub sub_actions: Vec<String>,
+    /// Parameters of the action (amounts, references), passed to the worker in the request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// A second person's approval of exactly the frozen request.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CompensationApproval {
+    /// Must be the user setting the approval, and not requestedBy.
+    #[schemars(length(min = 1, max = 253))]
+    pub approved_by: String,
+    /// The sha256 of the frozen request the approver reviewed (`status.request.sha256`).
+    #[schemars(length(min = 64, max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')").message("approval.requestSha256 must be the 64 lowercase hex digits of status.request.sha256, the frozen request you reviewed"))]
+    pub request_sha256: String,
+}
+
+/// What the operator froze, ran and recorded.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CompensationStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<CompensationPhase>,
+    /// One line: why the compensation is in this phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The frozen request: what an approval signs and what the worker reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<FrozenRequest>,
+    /// The approver, as recorded when the worker started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
+    /// The worker's Job (named after the compensationId).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The uid of the Job the operator created: the only Job it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// The precondition as the worker read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precondition: Option<PreconditionStatus>,
+    /// Each sub-action's start, result or unknown state, with its operation id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
+    pub sub_actions: Vec<SubActionStatus>,
+    /// The Compensation that holds this compensationId, when this one is a duplicate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<String>,
+    /// `RequestFrozen`, `Approved`, `PreconditionHeld`, `Ready`, `Stalled`, `Synced`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// The request as frozen by the operator.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FrozenRequest {
+    /// The immutable ConfigMap holding it (also the claim on the compensationId).
+    pub config_map: String,
+    pub sha256: String,
+    pub frozen_at: Time,
+}
+
+/// The precondition as the worker read it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PreconditionStatus {
+    pub held: bool,
+    #[serde(default)]
+    pub observed: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One sub-action as recorded.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SubActionStatus {
+    pub name: String,
+    pub operation_id: String,
+    pub state: SubActionState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
