@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use backlog_operator::api::compensation::{Compensation, CompensationPhase, SubActionState};
 use backlog_operator::controller::Scope;
+use backlog_operator::controller::compensation::{LABEL_ID, id_label};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -467,6 +468,29 @@ fn an_approved_compensation_records_each_sub_action_and_a_duplicate_runs_nothing
             executed(env, &namespace).await,
             ["refund-o-123/0-refund", "refund-o-123/1-notify"]
         );
+        // The label index finds what the id owns: its claim, its result and its one Job; the
+        // result keeps the whole status, for the audit, beyond the Compensation's life.
+        let selector = format!("{LABEL_ID}={}", id_label("refund-o-123"));
+        let owned = Api::<ConfigMap>::namespaced(env.admin(), &namespace)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("list ConfigMaps");
+        assert_eq!(owned.items.len(), 2, "the claim and the result");
+        let recorded = owned
+            .items
+            .iter()
+            .find_map(|cm| cm.data.as_ref()?.get("status.json").cloned())
+            .expect("the result keeps the status");
+        assert_mentions(
+            &recorded,
+            &["refund-o-123/1-notify", "\"approvedBy\": \"bob\""],
+            "result",
+        );
+        let labelled_jobs = Api::<Job>::namespaced(env.admin(), &namespace)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("list Jobs");
+        assert_eq!(labelled_jobs.items.len(), 1);
 
         // A resubmission under another name: the first result, no second effect.
         create_as(

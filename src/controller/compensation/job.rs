@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use super::request::REQUEST_KEY;
+use super::request::{LABEL_ID, REQUEST_KEY, id_label};
 use crate::api::compensation::Compensation;
 use crate::controller::apply::FIELD_MANAGER;
 use crate::controller::worker_pod::{self, FrozenMount};
@@ -69,6 +69,10 @@ pub fn build(
             FIELD_MANAGER.to_owned(),
         ),
         (LABEL_COMPENSATION.to_owned(), compensation.name_any()),
+        (
+            LABEL_ID.to_owned(),
+            id_label(&compensation.spec.compensation_id),
+        ),
     ]);
     let env = contract_env(compensation, sha);
     let mut template = worker_pod::prepare(

@@ -25,6 +25,7 @@ use super::error::Error;
 use super::reconciler::{self, Failures, Reconciler};
 
 pub use job::{LABEL_COMPENSATION, REQUEST_FILE};
+pub use request::{LABEL_ID, id_label};
 
 pub const CONTROLLER: &str = "compensation";
 

@@ -226,12 +226,15 @@ pub async fn reconcile(
         && previous.phase != Some(decision.phase)
     {
         // For the duplicates: the result outlives this Compensation, like the claim.
-        request::create(
-            &config_maps,
-            &request::result(compensation, decision.phase, &decision.message),
-        )
-        .await
-        .during(|| ApiCall::on::<ConfigMap>(Verb::Create, &namespace, &request::result_name(id)))?;
+        let result = request::result(compensation, decision.phase, &next).map_err(|source| {
+            Error::Encode {
+                what: "the compensation result",
+                source,
+            }
+        })?;
+        request::create(&config_maps, &result).await.during(|| {
+            ApiCall::on::<ConfigMap>(Verb::Create, &namespace, &request::result_name(id))
+        })?;
     }
     write(&compensations, &name, &previous, &next, &namespace).await?;
     if previous.phase != next.phase {

@@ -12,7 +12,9 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde::Serialize;
 
-use crate::api::compensation::{Compensation, CompensationPhase, ExpectedState, ReasonCode};
+use crate::api::compensation::{
+    Compensation, CompensationPhase, CompensationStatus, ExpectedState, ReasonCode,
+};
 use crate::controller::apply::FIELD_MANAGER;
 use crate::core::compensation_plan::{Claim, child_name, operation_id, sha256_hex};
 
@@ -24,6 +26,11 @@ const HOLDER_UID: &str = "backlog.dev/compensation-uid";
 const SHA_ANNOTATION: &str = "backlog.dev/request-sha256";
 const PHASE_KEY: &str = "phase";
 const MESSAGE_KEY: &str = "message";
+/// The whole status as the compensation ended: the audit record that outlives it.
+const STATUS_KEY: &str = "status.json";
+/// The label index of everything an id owns: `kubectl get configmaps,jobs -l` finds the claim,
+/// the result and the Job of a compensationId (hashed: an id may be longer than a label value).
+pub const LABEL_ID: &str = "backlog.dev/compensation-id";
 
 /// The request as the worker reads it and the approver signs it.
 #[derive(Serialize)]
@@ -92,20 +99,31 @@ pub fn document(compensation: &Compensation) -> Result<(String, String), serde_j
     Ok((text, sha))
 }
 
+/// The label value of `compensation_id` (see [`LABEL_ID`]).
+pub fn id_label(compensation_id: &str) -> String {
+    sha256_hex(compensation_id.as_bytes())[..20].to_owned()
+}
+
 fn immutable(
+    compensation: &Compensation,
     name: String,
-    namespace: String,
     annotations: BTreeMap<String, String>,
     data: BTreeMap<String, String>,
 ) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name),
-            namespace: Some(namespace),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_owned(),
-                FIELD_MANAGER.to_owned(),
-            )])),
+            namespace: compensation.namespace(),
+            labels: Some(BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    FIELD_MANAGER.to_owned(),
+                ),
+                (
+                    LABEL_ID.to_owned(),
+                    id_label(&compensation.spec.compensation_id),
+                ),
+            ])),
             annotations: Some(annotations),
             ..ObjectMeta::default()
         },
@@ -130,24 +148,33 @@ pub fn claim(compensation: &Compensation, text: String, sha: &str) -> ConfigMap 
     let mut annotations = holder(compensation);
     annotations.insert(SHA_ANNOTATION.to_owned(), sha.to_owned());
     immutable(
+        compensation,
         child_name(&compensation.spec.compensation_id),
-        compensation.namespace().unwrap_or_default(),
         annotations,
         BTreeMap::from([(REQUEST_KEY.to_owned(), text)]),
     )
 }
 
-/// The result the holder ended with, for duplicates.
-pub fn result(compensation: &Compensation, phase: CompensationPhase, message: &str) -> ConfigMap {
-    immutable(
+/// The result the holder ended with: what duplicates point at, and the audit record of the
+/// whole status (precondition, sub-actions, who approved) that outlives the Compensation.
+pub fn result(
+    compensation: &Compensation,
+    phase: CompensationPhase,
+    status: &CompensationStatus,
+) -> Result<ConfigMap, serde_json::Error> {
+    Ok(immutable(
+        compensation,
         result_name(&compensation.spec.compensation_id),
-        compensation.namespace().unwrap_or_default(),
         holder(compensation),
         BTreeMap::from([
             (PHASE_KEY.to_owned(), format!("{phase:?}")),
-            (MESSAGE_KEY.to_owned(), message.to_owned()),
+            (
+                MESSAGE_KEY.to_owned(),
+                status.message.clone().unwrap_or_default(),
+            ),
+            (STATUS_KEY.to_owned(), serde_json::to_string_pretty(status)?),
         ]),
-    )
+    ))
 }
 
 pub fn result_name(compensation_id: &str) -> String {
@@ -269,10 +296,21 @@ mod tests {
                 result: None
             }
         );
-        let ended = result(
-            &first,
-            CompensationPhase::Succeeded,
-            "2 sub-actions succeeded",
+        let status = CompensationStatus {
+            message: Some("2 sub-actions succeeded".into()),
+            ..CompensationStatus::default()
+        };
+        let ended = result(&first, CompensationPhase::Succeeded, &status).expect("a result");
+        assert!(
+            ended
+                .data
+                .as_ref()
+                .is_some_and(|d| d.contains_key(STATUS_KEY))
+        );
+        assert_eq!(
+            claimed.labels().get(LABEL_ID),
+            ended.labels().get(LABEL_ID),
+            "one label finds both"
         );
         assert_eq!(
             claim_of(&second, Some(&claimed), Some(&ended)),
