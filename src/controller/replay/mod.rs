@@ -11,6 +11,7 @@ pub mod audit;
 mod facts;
 pub(crate) mod job;
 mod memory;
+mod plan;
 pub mod pod_policy;
 mod reconcile;
 mod scope;

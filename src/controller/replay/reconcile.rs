@@ -7,6 +7,7 @@
 //! are kept in memory until the status shows them.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -19,9 +20,10 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use crate::api::readiness;
-use crate::api::replay_job::{ReplayJob, ReplayJobStatus, ReplayPhase};
+use crate::api::replay_job::{ReplayJob, ReplayJobStatus};
 use crate::controller::apply::{FIELD_MANAGER, apply_params};
 use crate::controller::error::{ApiCall, During, Error, Verb};
+use crate::controller::plan::Effects;
 use crate::core::replay_plan::{
     Action, ApprovalClaim, BatchPlan, CheckOutcome, CheckResult, FrozenList, Need, Pacing,
     QueueState, ReplayFacts, ScopeFacts, StageName, check_approval, check_result, decide, job_name,
@@ -37,6 +39,7 @@ use super::facts::{
 };
 use super::job::{self, Verdict};
 use super::memory::{Child, Created};
+use super::plan::{self, ReplayStep};
 use super::pod_policy;
 use super::scope::{self, Freeze};
 use super::status::{self, StatusInputs};
@@ -345,116 +348,43 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     let readiness = readiness::of_replay(next.phase, next.message.as_deref());
     next.conditions =
         readiness::merged(&next.conditions, &readiness, next.observed_generation, now);
-    let mut version = replay.resource_version();
-    if next != previous {
-        // Written only onto the version decided from: a decision made on a stale view (the
-        // watch cache behind, or the approval changed meanwhile) is decided again instead.
-        let written = timed(
-            || format!("writing the status of ReplayJob {namespace}/{name}"),
-            write_status(&replays, &name, &next, version.as_deref()),
-        )
-        .await?;
-        match written {
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                info!(replay = %name, namespace = %namespace, "changed since it was read; deciding again");
-                return Ok(Requeue::requeue(Duration::from_secs(1)));
-            }
-            written => {
-                let written = written.during(|| {
-                    ApiCall::on::<ReplayJob>(Verb::Apply, &namespace, &name).subresource("status")
-                })?;
-                version = written.resource_version();
-            }
-        }
-        write_audit(ctx, &subject, &previous, &next, now);
-    }
+    let steps = plan::plan(
+        &previous,
+        &next,
+        decision.action.as_ref(),
+        to_create.map(|(record, job)| (record.stage.name, job)),
+    );
+    let effects = ReplayEffects {
+        ctx,
+        replay,
+        subject: &subject,
+        namespace: &namespace,
+        name: &name,
+        uid: &uid,
+        now,
+        replays: &replays,
+        jobs: &jobs,
+        written: Mutex::new((previous.clone(), replay.resource_version())),
+        created: Mutex::new(None),
+    };
+    let executed = crate::controller::plan::execute(&steps, &effects).await;
+    // The start is recorded (or not): another replay of the queue may decide now.
     drop(queue_guard);
-
-    if let Some((record, job)) = to_create {
-        let stage = record.stage.name;
-        let created = timed(
-            || format!("creating Job {namespace}/{}", record.job),
-            job::create(&jobs, &job),
+    if let Some((index, error)) = &executed.failure
+        && error.status_code() == Some(409)
+        && matches!(
+            steps[*index],
+            ReplayStep::WriteStatus(_)
+                | ReplayStep::RecordJobUid { .. }
+                | ReplayStep::CreateJob { .. }
         )
-        .await?;
-        let created = match created {
-            Ok(created) => created,
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                // Someone created it first: the next reconcile finds it and halts.
-                warn!(replay = %name, namespace = %namespace, job = %record.job, "a Job of that name exists already; it is not the operator's");
-                return Ok(Requeue::requeue(Duration::from_secs(1)));
-            }
-            Err(kube::Error::Api(status)) => {
-                // The API server answered that it did not create it: it may be created again.
-                ctx.children
-                    .remember(&uid, Child::Job(stage), Created::Refused);
-                return Err(Error::api(
-                    ApiCall::on::<Job>(Verb::Create, &namespace, &record.job),
-                    kube::Error::Api(status),
-                ));
-            }
-            Err(error) => {
-                return Err(Error::api(
-                    ApiCall::on::<Job>(Verb::Create, &namespace, &record.job),
-                    error,
-                ));
-            }
-        };
-        let job_uid = created.uid().unwrap_or_default();
-        ctx.children
-            .remember(&uid, Child::Job(stage), Created::Uid(job_uid.clone()));
-        info!(replay = %name, namespace = %namespace, job = %record.job, job_uid = %job_uid, stage = %stage, "stage started");
-        let recorded = status::with_job_uid(&next, stage, &job_uid);
-        match write_status(&replays, &name, &recorded, version.as_deref()).await {
-            Ok(written) => {
-                write_audit(ctx, &subject, &next, &recorded, now);
-                next = recorded;
-                version = written.resource_version();
-                // Recorded: the Job may run. If this fails, the next reconcile resumes it.
-                if let Err(error) = job::set_suspend(&jobs, &record.job, false).await {
-                    warn!(replay = %name, namespace = %namespace, job = %record.job, %error, "the Job is not resumed yet; it will be");
-                }
-            }
-            // The memory vouches for the Job until a later write records it; it stays
-            // suspended until then.
-            Err(error) => {
-                warn!(replay = %name, namespace = %namespace, %error, "the Job's uid is not recorded yet; it will be")
-            }
-        }
-        let lines = record.stage.first_event + 1..=record.stage.first_event + record.stage.events;
-        publish(
-            ctx,
-            replay,
-            EventType::Normal,
-            "StageStarted",
-            format!(
-                "{} stage: Job {} (uid {job_uid}) replays {} event(s) (lines {}-{} of ConfigMap {}) in {} batch(es)",
-                stage,
-                record.job,
-                record.stage.events,
-                lines.start(),
-                lines.end(),
-                next.scope.as_ref().map(|s| s.config_map.as_str()).unwrap_or("-"),
-                record.stage.batches()
-            ),
-        )
-        .await;
+    {
+        // The replay changed since it was read (a write onto its version), or a Job of the
+        // stage's name appeared: decided again, on what is there now.
+        info!(replay = %name, namespace = %namespace, %error, "changed since it was read; deciding again");
+        return Ok(Requeue::requeue(Duration::from_secs(1)));
     }
-    if let Some(Action::Suspend { job, suspend }) = &decision.action {
-        job::set_suspend(&jobs, job, *suspend)
-            .await
-            .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, job))?;
-        let (reason, note) = if *suspend {
-            ("JobSuspended", format!("Job {job} suspended"))
-        } else {
-            ("JobResumed", format!("Job {job} resumed"))
-        };
-        publish(ctx, replay, EventType::Normal, reason, note).await;
-    }
-    if ended(next.phase) && next.audit_config_map.is_none() {
-        archive(ctx, replay, &next, version.as_deref(), now).await?;
-    }
-    announce(ctx, replay, &previous, &next).await;
+    executed.into_result()?;
 
     Ok(Requeue::requeue(decision.recheck_after.unwrap_or(
         if ended(next.phase) {
@@ -654,66 +584,138 @@ async fn write_status(
         .await
 }
 
-/// An Event for every transition the status shows.
-async fn announce(
-    ctx: &ReplayContext,
-    replay: &ReplayJob,
-    previous: &ReplayJobStatus,
-    next: &ReplayJobStatus,
-) {
-    if previous.scope.is_none()
-        && let Some(scope) = &next.scope
-    {
-        let note = format!(
-            "{} event id(s) frozen in ConfigMap {} (sha256 {})",
-            scope.count, scope.config_map, scope.sha256
-        );
-        publish(ctx, replay, EventType::Normal, "ScopeFrozen", note).await;
+/// The API calls of one replay's plan. It keeps the status as last written (and its
+/// resourceVersion), so that each write goes onto the version the pass wrote before, and the
+/// uid the create answered with, for the step that records it.
+struct ReplayEffects<'a> {
+    ctx: &'a ReplayContext,
+    replay: &'a ReplayJob,
+    subject: &'a Subject,
+    namespace: &'a str,
+    name: &'a str,
+    uid: &'a str,
+    now: Timestamp,
+    replays: &'a Api<ReplayJob>,
+    jobs: &'a Api<Job>,
+    written: Mutex<(ReplayJobStatus, Option<String>)>,
+    created: Mutex<Option<(StageName, String)>>,
+}
+
+impl ReplayEffects<'_> {
+    fn written(&self) -> (ReplayJobStatus, Option<String>) {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
-    if next.approved_by != previous.approved_by
-        && let Some(approver) = &next.approved_by
-    {
-        let reference = next
-            .approval_reference
-            .as_deref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
-        let note = format!(
-            "approved by {approver}{reference}; requested by {}",
-            replay.spec.requested_by
-        );
-        publish(ctx, replay, EventType::Normal, "Approved", note).await;
-    }
-    if previous.phase != next.phase
-        && let Some(phase) = next.phase
-    {
-        let warning = matches!(
-            phase,
-            ReplayPhase::Halted | ReplayPhase::Failed | ReplayPhase::Refused
-        );
-        publish(
-            ctx,
-            replay,
-            if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            &format!("{phase:?}"),
-            next.message.clone().unwrap_or_default(),
+
+    /// Writes `status` onto the version last written, then audits and announces the
+    /// transition it records.
+    async fn write(&self, status: &ReplayJobStatus) -> Result<(), Error> {
+        let (before, version) = self.written();
+        let (namespace, name) = (self.namespace, self.name);
+        let written = timed(
+            || format!("writing the status of ReplayJob {namespace}/{name}"),
+            write_status(self.replays, name, status, version.as_deref()),
         )
-        .await;
+        .await?
+        .during(|| ApiCall::on::<ReplayJob>(Verb::Apply, namespace, name).subresource("status"))?;
+        *self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (status.clone(), written.resource_version());
+        write_audit(self.ctx, self.subject, &before, status, self.now);
+        for event in plan::announcements(&self.replay.spec.requested_by, &before, status) {
+            self.ctx.base.publish_planned(self.replay, &event).await;
+        }
+        Ok(())
+    }
+
+    async fn perform_step(&self, step: &ReplayStep) -> Result<(), Error> {
+        let (namespace, name, uid) = (self.namespace, self.name, self.uid);
+        match step {
+            ReplayStep::WriteStatus(status) => self.write(status).await,
+            ReplayStep::CreateJob { stage, job } => {
+                let job_name = job.name_any();
+                let created = timed(
+                    || format!("creating Job {namespace}/{job_name}"),
+                    job::create(self.jobs, job),
+                )
+                .await?;
+                let created = match created {
+                    Ok(created) => created,
+                    Err(kube::Error::Api(status)) if status.code != 409 => {
+                        // The API server answered that it did not create it: it may be
+                        // created again.
+                        self.ctx
+                            .children
+                            .remember(uid, Child::Job(*stage), Created::Refused);
+                        return Err(kube::Error::Api(status))
+                            .during(|| ApiCall::on::<Job>(Verb::Create, namespace, &job_name));
+                    }
+                    // A 409: someone created it first; the next pass finds it and halts.
+                    Err(error) => {
+                        return Err(error)
+                            .during(|| ApiCall::on::<Job>(Verb::Create, namespace, &job_name));
+                    }
+                };
+                let job_uid = created.uid().unwrap_or_default();
+                self.ctx
+                    .children
+                    .remember(uid, Child::Job(*stage), Created::Uid(job_uid.clone()));
+                info!(replay = %name, namespace = %namespace, job = %job_name, job_uid = %job_uid, stage = %stage, "stage started");
+                *self
+                    .created
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((*stage, job_uid));
+                Ok(())
+            }
+            ReplayStep::RecordJobUid { stage } => {
+                let created = self
+                    .created
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                let Some((created_stage, job_uid)) = created.filter(|(s, _)| s == stage) else {
+                    return Err(Error::Inconsistent("recording a Job uid before its create"));
+                };
+                // Until this write, the memory vouches for the Job, which stays suspended.
+                let (before, _) = self.written();
+                self.write(&status::with_job_uid(&before, created_stage, &job_uid))
+                    .await
+            }
+            ReplayStep::ResumeJob { job } => {
+                job::set_suspend(self.jobs, job, false)
+                    .await
+                    .during(|| ApiCall::on::<Job>(Verb::Patch, namespace, job))?;
+                Ok(())
+            }
+            ReplayStep::SetSuspend { job, suspend } => {
+                job::set_suspend(self.jobs, job, *suspend)
+                    .await
+                    .during(|| ApiCall::on::<Job>(Verb::Patch, namespace, job))?;
+                let (reason, note) = if *suspend {
+                    ("JobSuspended", format!("Job {job} suspended"))
+                } else {
+                    ("JobResumed", format!("Job {job} resumed"))
+                };
+                self.ctx
+                    .base
+                    .publish(self.replay, EventType::Normal, reason, "Replay", &note)
+                    .await;
+                Ok(())
+            }
+            ReplayStep::Archive => {
+                let (status, version) = self.written();
+                archive(self.ctx, self.replay, &status, version.as_deref(), self.now).await
+            }
+        }
     }
 }
 
-async fn publish(
-    ctx: &ReplayContext,
-    replay: &ReplayJob,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    ctx.base
-        .publish(replay, type_, reason, "Replay", &note)
-        .await;
+impl Effects<ReplayStep> for ReplayEffects<'_> {
+    fn perform(&self, step: &ReplayStep) -> impl Future<Output = Result<(), Error>> + Send {
+        self.perform_step(step)
+    }
 }
