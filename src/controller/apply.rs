@@ -22,6 +22,21 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     S: Serialize,
 {
+    apply_status_at(api, name, status, None).await
+}
+
+/// Applies `status` to the status subresource of `name`; with `resource_version`, only onto
+/// that version of the object (a 409 otherwise: the decision was made on a stale view).
+pub async fn apply_status_at<K, S>(
+    api: &Api<K>,
+    name: &str,
+    status: &S,
+    resource_version: Option<&str>,
+) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    S: Serialize,
+{
     let mut status = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
     // The Synced condition has a field manager of its own: leaving it out of this apply keeps
     // it as that manager last wrote it.
@@ -31,11 +46,14 @@ where
     {
         conditions.retain(|c| c.get("type").and_then(serde_json::Value::as_str) != Some(SYNCED));
     }
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": status,
     });
+    if let Some(version) = resource_version {
+        body["metadata"] = serde_json::json!({ "resourceVersion": version });
+    }
     api.patch_status(name, &apply_params(), &Patch::Apply(body))
         .await
 }

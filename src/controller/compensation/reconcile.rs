@@ -1,6 +1,8 @@
 //! One pass over a Compensation: read the claim, the Job and the report → decide (core) →
 //! apply the one action → write the status if it changed.
 
+use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -9,11 +11,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
+use tracing::info;
 
 use super::CompensationContext;
 use super::job;
+use super::plan::{self, Built, CompensationStep};
 use super::request;
 use crate::api::compensation::{
     Compensation, CompensationPhase, CompensationStatus, FrozenRequest, PreconditionStatus,
@@ -21,8 +24,9 @@ use crate::api::compensation::{
 };
 use crate::api::conditions::merge_conditions;
 use crate::api::readiness;
-use crate::controller::apply::apply_status;
+use crate::controller::apply::apply_status_at;
 use crate::controller::error::{ApiCall, During, Error, Verb};
+use crate::controller::plan::{Effects, execute};
 use crate::controller::replay::adopt;
 use crate::controller::replay::job::{Verdict, create, dry_run, set_suspend};
 use crate::controller::replay::pod_policy;
@@ -62,12 +66,11 @@ pub async fn reconcile(
     let jobs: Api<Job> = Api::namespaced(client.clone(), &namespace);
     // The status as the API server has it: the start and the Job uid are the record that keeps
     // the worker from running twice, so never a cached copy.
-    let previous = compensations
-        .get_status(&name)
-        .await
-        .during(|| ApiCall::on::<Compensation>(Verb::Get, &namespace, &name).subresource("status"))?
-        .status
-        .unwrap_or_default();
+    let fresh = compensations.get_status(&name).await.during(|| {
+        ApiCall::on::<Compensation>(Verb::Get, &namespace, &name).subresource("status")
+    })?;
+    let version = fresh.resource_version();
+    let previous = fresh.status.unwrap_or_default();
     let spec = &compensation.spec;
     let id = &spec.compensation_id;
     let child = child_name(id);
@@ -163,86 +166,76 @@ pub async fn reconcile(
         &child,
     )
     .await?;
+    let mut claim = None;
     match &decision.action {
-        None => {}
         Some(Action::Freeze) => {
             let (text, sha) = request::document(compensation).map_err(|source| Error::Encode {
                 what: "the compensation request",
                 source,
             })?;
-            request::create(&config_maps, &request::claim(compensation, text, &sha))
-                .await
-                .during(|| ApiCall::on::<ConfigMap>(Verb::Create, &namespace, &child))?;
-            // The next pass reads whose the claim is.
-            return Ok(Requeue::requeue(Duration::from_millis(200)));
+            claim = Some(request::claim(compensation, text, &sha));
         }
-        Some(Action::Start) => {
-            let Some(intended) = intended.as_ref() else {
-                return Err(Error::Inconsistent("a start without a frozen request"));
-            };
-            // The record of the start comes first: a Job is only ever created for a recorded
-            // start, and created suspended until its uid is recorded too.
-            if next.started_at.is_none() {
-                next.started_at = Some(Time(now));
-                next.job = Some(child.clone());
-                next.approved_by = spec.approval.as_ref().map(|a| a.approved_by.clone());
-                write(&compensations, &name, &previous, &next, &namespace).await?;
-            }
-            match create(&jobs, intended).await {
-                Ok(created) => {
-                    let job_uid = created.uid().unwrap_or_default();
-                    ctx.remember(&uid, &job_uid);
-                    let mut recorded = next.clone();
-                    recorded.job_uid = Some(job_uid);
-                    write(&compensations, &name, &next, &recorded, &namespace).await?;
-                    ctx.forget(&uid);
-                    set_suspend(&jobs, &child, false)
-                        .await
-                        .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, &child))?;
-                    return Ok(Requeue::requeue(RUNNING_RECHECK));
-                }
-                // Someone's Job under the name: the next pass judges it.
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    return Ok(Requeue::requeue(Duration::from_millis(200)));
-                }
-                Err(error) => {
-                    return Err(error)
-                        .during(|| ApiCall::on::<Job>(Verb::Create, &namespace, &child));
-                }
-            }
+        // The record of the start comes first: a Job is only ever created for a recorded
+        // start, and created suspended until its uid is recorded too.
+        Some(Action::Start) if next.started_at.is_none() => {
+            next.started_at = Some(Time(now));
+            next.job = Some(child.clone());
+            next.approved_by = spec.approval.as_ref().map(|a| a.approved_by.clone());
         }
-        Some(Action::Resume { uid: job_uid }) => {
-            next.job_uid = Some(job_uid.clone());
-            write(&compensations, &name, &previous, &next, &namespace).await?;
-            ctx.forget(&uid);
-            set_suspend(&jobs, &child, false)
-                .await
-                .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, &child))?;
-            return Ok(Requeue::requeue(RUNNING_RECHECK));
-        }
+        Some(Action::Resume { uid: job_uid }) => next.job_uid = Some(job_uid.clone()),
+        _ => {}
     }
-    if decision.phase.terminal()
-        && decision.phase != CompensationPhase::Duplicate
-        && previous.phase != Some(decision.phase)
-    {
-        // For the duplicates: the result outlives this Compensation, like the claim.
-        let result = request::result(compensation, decision.phase, &next).map_err(|source| {
-            Error::Encode {
+    let result = match next.phase {
+        Some(phase) if phase.terminal() => Some(
+            request::result(compensation, phase, &next).map_err(|source| Error::Encode {
                 what: "the compensation result",
                 source,
-            }
-        })?;
-        request::create(&config_maps, &result).await.during(|| {
-            ApiCall::on::<ConfigMap>(Verb::Create, &namespace, &request::result_name(id))
-        })?;
+            })?,
+        ),
+        _ => None,
+    };
+    let steps = plan::plan(
+        &previous,
+        &next,
+        decision.action.as_ref(),
+        Built {
+            claim,
+            job: intended.filter(|_| decision.action == Some(Action::Start)),
+            result,
+        },
+    );
+    let effects = CompensationEffects {
+        ctx,
+        compensation,
+        uid: &uid,
+        namespace: &namespace,
+        name: &name,
+        compensations: &compensations,
+        config_maps: &config_maps,
+        jobs: &jobs,
+        written: Mutex::new((previous.clone(), version)),
+        created: Mutex::new(None),
+    };
+    let executed = execute(&steps, &effects).await;
+    if let Some((index, error)) = &executed.failure
+        && error.status_code() == Some(409)
+        && matches!(
+            steps[*index],
+            CompensationStep::WriteStatus(_)
+                | CompensationStep::RecordJobUid
+                | CompensationStep::CreateJob(_)
+        )
+    {
+        // Changed since it was read, or a Job of the id's name appeared: decided again.
+        info!(compensation = %name, namespace = %namespace, %error, "changed since it was read; deciding again");
+        return Ok(Requeue::requeue(Duration::from_millis(200)));
     }
-    write(&compensations, &name, &previous, &next, &namespace).await?;
-    if previous.phase != next.phase {
-        announce(ctx, compensation, &next).await;
-    }
-    Ok(match decision.phase {
-        CompensationPhase::Executing => Requeue::requeue(RUNNING_RECHECK),
-        CompensationPhase::Duplicate if !decision.message.contains(" ended ") => {
+    executed.into_result()?;
+    Ok(match (&decision.action, decision.phase) {
+        // The next pass reads whose the claim is.
+        (Some(Action::Freeze), _) => Requeue::requeue(Duration::from_millis(200)),
+        (_, CompensationPhase::Executing) => Requeue::requeue(RUNNING_RECHECK),
+        (_, CompensationPhase::Duplicate) if !decision.message.contains(" ended ") => {
             Requeue::requeue(DUPLICATE_RECHECK)
         }
         _ => Requeue::await_change(),
@@ -464,48 +457,106 @@ async fn status_of(
     Ok(next)
 }
 
-async fn write(
-    api: &Api<Compensation>,
-    name: &str,
-    previous: &CompensationStatus,
-    next: &CompensationStatus,
-    namespace: &str,
-) -> Result<(), Error> {
-    if next == previous {
-        return Ok(());
-    }
-    apply_status(api, name, next).await.during(|| {
-        ApiCall::on::<Compensation>(Verb::Apply, namespace, name).subresource("status")
-    })?;
-    Ok(())
+/// The API calls of one compensation's plan. It keeps the status as last written (and its
+/// resourceVersion), so that each write goes onto the version the pass wrote before, and the
+/// uid the create answered with, for the step that records it.
+struct CompensationEffects<'a> {
+    ctx: &'a CompensationContext,
+    compensation: &'a Compensation,
+    uid: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+    compensations: &'a Api<Compensation>,
+    config_maps: &'a Api<ConfigMap>,
+    jobs: &'a Api<Job>,
+    written: Mutex<(CompensationStatus, Option<String>)>,
+    created: Mutex<Option<String>>,
 }
 
-async fn announce(
-    ctx: &CompensationContext,
-    compensation: &Compensation,
-    next: &CompensationStatus,
-) {
-    let Some(phase) = next.phase else {
-        return;
-    };
-    let warning = matches!(
-        phase,
-        CompensationPhase::Refused
-            | CompensationPhase::PreconditionFailed
-            | CompensationPhase::Unknown
-            | CompensationPhase::Failed
-    );
-    ctx.base
-        .publish(
-            compensation,
-            if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            &format!("{phase:?}"),
-            &format!("{phase:?}"),
-            next.message.as_deref().unwrap_or_default(),
-        )
-        .await;
+impl CompensationEffects<'_> {
+    fn written(&self) -> (CompensationStatus, Option<String>) {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Writes `status` onto the version last written, then announces the transition.
+    async fn write(&self, status: &CompensationStatus) -> Result<(), Error> {
+        let (before, version) = self.written();
+        let (namespace, name) = (self.namespace, self.name);
+        let written = apply_status_at(self.compensations, name, status, version.as_deref())
+            .await
+            .during(|| {
+                ApiCall::on::<Compensation>(Verb::Apply, namespace, name).subresource("status")
+            })?;
+        *self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (status.clone(), written.resource_version());
+        if status.job_uid.is_some() {
+            // Recorded: the memory of the create is no longer needed.
+            self.ctx.forget(self.uid);
+        }
+        for event in plan::announcements(&before, status) {
+            self.ctx
+                .base
+                .publish_planned(self.compensation, &event)
+                .await;
+        }
+        Ok(())
+    }
+
+    async fn perform_step(&self, step: &CompensationStep) -> Result<(), Error> {
+        let namespace = self.namespace;
+        match step {
+            CompensationStep::CreateClaim(config_map)
+            | CompensationStep::CreateResult(config_map) => {
+                let config_map_name = config_map.name_any();
+                request::create(self.config_maps, config_map)
+                    .await
+                    .during(|| ApiCall::on::<ConfigMap>(Verb::Create, namespace, &config_map_name))
+            }
+            CompensationStep::WriteStatus(status) => self.write(status).await,
+            CompensationStep::CreateJob(job) => {
+                let job_name = job.name_any();
+                let created = create(self.jobs, job)
+                    .await
+                    .during(|| ApiCall::on::<Job>(Verb::Create, namespace, &job_name))?;
+                let job_uid = created.uid().unwrap_or_default();
+                self.ctx.remember(self.uid, &job_uid);
+                *self
+                    .created
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(job_uid);
+                Ok(())
+            }
+            CompensationStep::RecordJobUid => {
+                let created = self
+                    .created
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                let Some(job_uid) = created else {
+                    return Err(Error::Inconsistent("recording a Job uid before its create"));
+                };
+                let (mut recorded, _) = self.written();
+                recorded.job_uid = Some(job_uid);
+                self.write(&recorded).await
+            }
+            CompensationStep::ResumeJob(job) => {
+                set_suspend(self.jobs, job, false)
+                    .await
+                    .during(|| ApiCall::on::<Job>(Verb::Patch, namespace, job))?;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Effects<CompensationStep> for CompensationEffects<'_> {
+    fn perform(&self, step: &CompensationStep) -> impl Future<Output = Result<(), Error>> + Send {
+        self.perform_step(step)
+    }
 }

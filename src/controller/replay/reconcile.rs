@@ -13,15 +13,15 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
 use crate::api::readiness;
 use crate::api::replay_job::{ReplayJob, ReplayJobStatus};
-use crate::controller::apply::{FIELD_MANAGER, apply_params};
+use crate::controller::apply::{FIELD_MANAGER, apply_status_at};
 use crate::controller::error::{ApiCall, During, Error, Verb};
 use crate::controller::plan::Effects;
 use crate::core::replay_plan::{
@@ -502,7 +502,7 @@ async fn archive(
     let mut recorded = status.clone();
     recorded.audit_config_map = Some(archived);
     let replays: Api<ReplayJob> = Api::namespaced(ctx.base.client.clone(), &namespace);
-    if let Err(error) = write_status(&replays, &name, &recorded, version).await {
+    if let Err(error) = apply_status_at(&replays, &name, &recorded, version).await {
         // The memory keeps the name; the next reconcile records it without a second archive.
         info!(replay = %name, namespace = %namespace, %error, "the audit ConfigMap's name is not recorded yet");
     }
@@ -565,25 +565,6 @@ async fn verify(ctx: &ReplayContext, replay: &ReplayJob) -> Vec<CheckOutcome> {
     futures::future::join_all(checks).await
 }
 
-/// Applies the status; with `resource_version`, only onto that version of the replay.
-async fn write_status(
-    api: &Api<ReplayJob>,
-    name: &str,
-    status: &ReplayJobStatus,
-    resource_version: Option<&str>,
-) -> Result<ReplayJob, kube::Error> {
-    let mut body = serde_json::json!({
-        "apiVersion": ReplayJob::api_version(&()),
-        "kind": ReplayJob::kind(&()),
-        "status": status,
-    });
-    if let Some(version) = resource_version {
-        body["metadata"] = serde_json::json!({ "resourceVersion": version });
-    }
-    api.patch_status(name, &apply_params(), &Patch::Apply(body))
-        .await
-}
-
 /// The API calls of one replay's plan. It keeps the status as last written (and its
 /// resourceVersion), so that each write goes onto the version the pass wrote before, and the
 /// uid the create answered with, for the step that records it.
@@ -616,7 +597,7 @@ impl ReplayEffects<'_> {
         let (namespace, name) = (self.namespace, self.name);
         let written = timed(
             || format!("writing the status of ReplayJob {namespace}/{name}"),
-            write_status(self.replays, name, status, version.as_deref()),
+            apply_status_at(self.replays, name, status, version.as_deref()),
         )
         .await?
         .during(|| ApiCall::on::<ReplayJob>(Verb::Apply, namespace, name).subresource("status"))?;
