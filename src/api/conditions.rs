@@ -43,6 +43,31 @@ pub fn merge_conditions(
     merged
 }
 
+/// The `status.conditions` of an object of one of the kinds.
+pub trait StatusConditions {
+    /// Empty while the object has no status.
+    fn status_conditions(&self) -> &[Condition];
+}
+
+macro_rules! status_conditions {
+    ($($kind:ty),*) => {$(
+        impl StatusConditions for $kind {
+            fn status_conditions(&self) -> &[Condition] {
+                self.status
+                    .as_ref()
+                    .map_or(&[], |status| status.conditions.as_slice())
+            }
+        }
+    )*};
+}
+
+status_conditions!(
+    super::BacklogBudget,
+    super::Compensation,
+    super::ReplayJob,
+    super::RetryPolicy
+);
+
 /// The condition of the given type, if present.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

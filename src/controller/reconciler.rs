@@ -23,11 +23,12 @@ use super::context::Context;
 use super::error::Error;
 use super::retry;
 use super::synced::{self, SYNCED_MANAGER, Streak};
-use crate::api::conditions::{ConditionSpec, merge_conditions};
+use crate::api::conditions::{ConditionSpec, StatusConditions, merge_conditions};
 
 /// One controller's reconcile: read → decide → apply for one object.
 pub trait Reconciler: Send + Sync + 'static {
     type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + StatusConditions
         + Clone
         + Debug
         + DeserializeOwned
@@ -43,9 +44,6 @@ pub trait Reconciler: Send + Sync + 'static {
 
     /// Consecutive failures per object.
     fn failures(&self) -> &Failures;
-
-    /// The object's status conditions (for the `Synced` condition).
-    fn conditions(object: &Self::Object) -> &[Condition];
 
     /// One pass over `object`.
     fn reconcile(
@@ -159,7 +157,7 @@ pub async fn reconcile<R: Reconciler>(
     let synced = match &result {
         Ok(_) => {
             reconciler.failures().forget(&key);
-            synced::after_success(R::conditions(&object))
+            synced::after_success(object.status_conditions())
         }
         Err(error) => {
             let streak = reconciler.failures().failed(&key, Instant::now());
@@ -167,7 +165,7 @@ pub async fn reconcile<R: Reconciler>(
                 error,
                 streak,
                 reconciler.context().report_failures_after,
-                R::conditions(&object),
+                object.status_conditions(),
             )
         }
     };
@@ -201,7 +199,7 @@ async fn report<R: Reconciler>(context: &Context, object: &R::Object, condition:
         return;
     };
     let conditions = merge_conditions(
-        R::conditions(object),
+        object.status_conditions(),
         std::slice::from_ref(condition),
         object.meta().generation,
         Timestamp::now(),

@@ -12,7 +12,6 @@ mod reconcile;
 pub mod status;
 pub mod target;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -52,13 +51,6 @@ impl Reconciler for BudgetContext {
 
     fn failures(&self) -> &Failures {
         &self.failures
-    }
-
-    fn conditions(object: &BacklogBudget) -> &[Condition] {
-        object
-            .status
-            .as_ref()
-            .map_or(&[], |status| status.conditions.as_slice())
     }
 
     async fn reconcile(

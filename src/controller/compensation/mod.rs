@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::{Controller, watcher};
 
 use crate::api::compensation::Compensation;
@@ -70,13 +69,6 @@ impl Reconciler for CompensationContext {
 
     fn failures(&self) -> &Failures {
         &self.failures
-    }
-
-    fn conditions(object: &Compensation) -> &[Condition] {
-        object
-            .status
-            .as_ref()
-            .map_or(&[], |status| status.conditions.as_slice())
     }
 
     async fn reconcile(

@@ -17,7 +17,6 @@ mod reconcile;
 mod scope;
 mod status;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -61,13 +60,6 @@ impl Reconciler for ReplayContext {
 
     fn failures(&self) -> &Failures {
         &self.failures
-    }
-
-    fn conditions(object: &ReplayJob) -> &[Condition] {
-        object
-            .status
-            .as_ref()
-            .map_or(&[], |status| status.conditions.as_slice())
     }
 
     async fn reconcile(

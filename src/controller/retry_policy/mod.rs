@@ -11,7 +11,6 @@ pub mod decide;
 mod reconcile;
 pub mod status;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -48,13 +47,6 @@ impl Reconciler for PolicyContext {
 
     fn failures(&self) -> &Failures {
         &self.failures
-    }
-
-    fn conditions(object: &RetryPolicy) -> &[Condition] {
-        object
-            .status
-            .as_ref()
-            .map_or(&[], |status| status.conditions.as_slice())
     }
 
     async fn reconcile(
