@@ -78,7 +78,7 @@ impl Load {
             .patch(
                 name,
                 &PatchParams::apply("faults-test").force(),
-                &Patch::Apply(budget_body(name)),
+                &Patch::Apply(budget_body(name, &load.job)),
             )
             .await
             .expect("apply the budget");
@@ -107,7 +107,10 @@ impl Load {
     }
 }
 
-fn budget_body(name: &str) -> Value {
+/// A budget on Deployment `name` whose queries read only the series of scrape job `job`: the
+/// tests run side by side, each with its own exporter of the same metric names.
+fn budget_body(name: &str, job: &str) -> Value {
+    let series = |metric: &str| format!("{metric}{{group=\"{name}\", job=\"{job}\"}}");
     json!({
         "apiVersion": "backlog.dev/v1alpha1",
         "kind": "BacklogBudget",
@@ -120,9 +123,9 @@ fn budget_body(name: &str) -> Value {
             "partitionCount": 6,
             "pollInterval": format!("{}s", POLL.as_secs()),
             "metrics": {
-                "backlog": format!("sum(faults_lag{{group=\"{name}\"}})"),
-                "oldestUnfinishedAge": format!("max(faults_oldest_age_seconds{{group=\"{name}\"}})"),
-                "produceRate": format!("sum(faults_produce_rate{{group=\"{name}\"}})"),
+                "backlog": format!("sum({})", series("faults_lag")),
+                "oldestUnfinishedAge": format!("max({})", series("faults_oldest_age_seconds")),
+                "produceRate": format!("sum({})", series("faults_produce_rate")),
             },
             "capacity": {"perReplicaRate": 200, "reservedRetryShare": 0},
             "scaling": {"scaleDownStabilization": "0s"},
@@ -920,6 +923,8 @@ fn a_lasting_failure_to_scale_is_reported_once_and_cleared(env: &TestEnv) {
         launched.args = vec![format!("--report-failures-after={}s", REPORT_AFTER.as_secs())];
         let mut operator = OperatorProcess::start(env, launched);
         let settled = wait_settled(env, &namespace, name).await;
+        // The heavy load below needs more replicas than this: a scale write the webhook refuses.
+        assert!(settled < 6, "{settled} replicas before the load rises");
         assert_eq!(full_condition(env, &namespace, name, "Synced").await, None, "nothing to report yet");
 
         let webhooks = Api::<ValidatingWebhookConfiguration>::all(env.admin());
