@@ -32,7 +32,7 @@ use crate::controller::replay::job::{Verdict, create, dry_run, set_suspend};
 use crate::controller::replay::pod_policy;
 use crate::core::compensation_plan::{
     Action, ApprovalProblem, Claim, CompensationFacts, Decision, JobEnd, JobSeen, ReportProblem,
-    child_name, decide, operation_id, parse_report,
+    WorkerReport, child_name, decide, operation_id, parse_report,
 };
 
 /// How often a running worker is looked at even if its Job does not change.
@@ -334,7 +334,7 @@ async fn classify(
         (false, false) => JobEnd::Running,
         (succeeded, _) => JobEnd::Finished {
             succeeded,
-            report: report(ctx, namespace, &found.name_any()).await?,
+            report: report(ctx, namespace, found).await?,
         },
     };
     Ok(JobSeen::Ours {
@@ -344,12 +344,21 @@ async fn classify(
     })
 }
 
-/// The worker's report: the termination message of its (one) pod's first container.
+/// The worker's report: the termination message of the worker container (the first of the
+/// Job's template; sidecars report nothing) of the Job's one pod.
 async fn report(
     ctx: &CompensationContext,
     namespace: &str,
-    job_name: &str,
-) -> Result<Result<crate::core::compensation_plan::WorkerReport, ReportProblem>, Error> {
+    job: &Job,
+) -> Result<Result<WorkerReport, ReportProblem>, Error> {
+    let job_name = job.name_any();
+    let worker = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first())
+        .map(|c| c.name.clone())
+        .unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.base.client.clone(), namespace);
     let listed = pods
         .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job_name}")))
@@ -360,7 +369,8 @@ async fn report(
             .as_ref()?
             .container_statuses
             .as_ref()?
-            .first()?
+            .iter()
+            .find(|c| c.name == worker)?
             .state
             .as_ref()?
             .terminated
