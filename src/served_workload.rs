@@ -97,6 +97,11 @@ pub fn budget_for(model: &Model, name: &str, speed: f64) -> BacklogBudget {
             scale_down_stabilization: wall_duration(b.scale_down_stabilization_seconds, speed),
             max_step: definition.scaling.max_step,
             rebalance_cost: wall_duration(b.rebalance_cost_seconds, speed),
+            // The cap counts per wall-clock hour, which holds `speed` workload hours.
+            max_changes_per_hour: definition
+                .scaling
+                .max_changes_per_hour
+                .map(|count| (f64::from(count) * speed).round().clamp(1.0, 120.0) as i32),
         },
         alerts: Alerts {
             warning_at: definition.alerts.warning_at,

@@ -283,6 +283,12 @@ pub struct Scaling {
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.rebalanceCost"))]
     pub rebalance_cost: String,
+    /// Most replica changes in any hour (each is a consumer-group rebalance), besides the
+    /// ones the deadline needs: a correction into [minReplicas, the cap], or a scale-up while
+    /// events are past the warning fraction or the backlog cannot drain. Default: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 120))]
+    pub max_changes_per_hour: Option<i32>,
 }
 
 impl Default for Scaling {
@@ -293,6 +299,7 @@ impl Default for Scaling {
             scale_down_stabilization: default_scale_down_stabilization(),
             max_step: 0,
             rebalance_cost: zero_duration(),
+            max_changes_per_hour: None,
         }
     }
 }
@@ -478,6 +485,10 @@ pub struct BacklogBudgetStatus {
     /// Replicas the budget runs below what arrivals need while the deadline has room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub economy_replicas: Option<i32>,
+    /// When the replicas changed in the last hour (for `scaling.maxChangesPerHour`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 200))]
+    pub recent_scale_changes: Vec<Time>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paused_classes: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -61,6 +61,9 @@ pub struct ScalingDefinition {
     pub max_step: i32,
     #[serde(default = "zero_duration")]
     pub rebalance_cost: String,
+    /// Most changes in any hour, besides the ones the deadline needs; none = no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_changes_per_hour: Option<i32>,
 }
 
 impl Default for ScalingDefinition {
@@ -71,6 +74,7 @@ impl Default for ScalingDefinition {
             scale_down_stabilization: default_scale_down_stabilization(),
             max_step: 0,
             rebalance_cost: zero_duration(),
+            max_changes_per_hour: None,
         }
     }
 }
@@ -135,6 +139,8 @@ pub struct BudgetConfig {
     /// 0 = unlimited.
     pub max_step: u32,
     pub rebalance_cost_seconds: f64,
+    /// Most changes in any hour besides the necessary ones; `None` = no cap.
+    pub max_changes_per_hour: Option<u32>,
     /// Configured per-replica completion rate; `None` = measure it.
     pub per_replica_rate: Option<f64>,
     pub reserved_retry_share: f64,
@@ -176,6 +182,8 @@ pub enum BudgetSpecError {
     AlertOrder { warning: f64, critical: f64 },
     #[error("spec.scaling.maxStep ({0}) must not be negative")]
     MaxStep(i32),
+    #[error("spec.scaling.maxChangesPerHour ({0}) must be at least 1; leave it out for no cap")]
+    MaxChangesPerHour(i32),
 }
 
 fn in_range(field: &'static str, value: f64, min: f64, max: f64) -> Result<f64, BudgetSpecError> {
@@ -231,6 +239,13 @@ impl BudgetConfig {
         if spec.scaling.max_step < 0 {
             return Err(BudgetSpecError::MaxStep(spec.scaling.max_step));
         }
+        let max_changes_per_hour = match spec.scaling.max_changes_per_hour {
+            None => None,
+            Some(count) => match u32::try_from(count) {
+                Ok(count) if count >= 1 => Some(count),
+                _ => return Err(BudgetSpecError::MaxChangesPerHour(count)),
+            },
+        };
         let scaling = &spec.scaling;
         Ok(Self {
             min_replicas: spec.min_replicas as u32,
@@ -254,6 +269,7 @@ impl BudgetConfig {
                 "scaling.rebalanceCost",
                 &scaling.rebalance_cost,
             )?,
+            max_changes_per_hour,
             per_replica_rate,
             reserved_retry_share,
             warning_at,
@@ -280,6 +296,7 @@ pub fn example() -> BudgetConfig {
         scale_down_stabilization_seconds: 300.0,
         max_step: 0,
         rebalance_cost_seconds: 0.0,
+        max_changes_per_hour: None,
         per_replica_rate: Some(250.0),
         reserved_retry_share: 0.0,
         warning_at: 0.5,

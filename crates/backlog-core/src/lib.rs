@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod budget_config;
 pub mod capacity_check;
 pub mod capacity_plan;
+pub mod change_budget;
 pub mod class_breaker;
 pub mod classification;
 pub mod compensation_plan;

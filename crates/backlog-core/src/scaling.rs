@@ -6,6 +6,7 @@
 use jiff::Timestamp;
 
 use super::budget_config::{BudgetConfig, PartitionSource};
+use super::change_budget::{self, Allowance};
 use super::condition::{ConditionSpec, Truth};
 use super::drain::{drain_seconds, estimate_oldest_age, group_capacity};
 use super::format::{seconds, si};
@@ -60,6 +61,8 @@ pub struct ScalingMemory {
     pub last_change_at: Option<Timestamp>,
     /// The economy count chosen at the previous decision (status.economyReplicas).
     pub economy: Option<u32>,
+    /// When the replicas changed in the last hour, oldest first (status.recentScaleChanges).
+    pub recent_changes: Vec<Timestamp>,
 }
 
 /// The numbers the decision used.
@@ -202,6 +205,7 @@ fn metrics_unavailable(
             },
             last_change_at: memory.last_change_at,
             economy: None,
+            recent_changes: memory.recent_changes.clone(),
         },
         used,
     }
@@ -514,6 +518,26 @@ fn scale(
             target.max(bounded.saturating_sub(config.max_step))
         };
     }
+    // The change cap never costs the deadline: a correction into [floor, cap], and a scale-up
+    // while an event is past the warning fraction or the backlog cannot drain, always go.
+    let necessary = bounded != current
+        || (target > current
+            && (undrainable || values.oldest_age >= config.warning_at * config.deadline_seconds));
+    let held = match change_budget::allow(
+        &memory.recent_changes,
+        config.max_changes_per_hour,
+        necessary,
+        now,
+    ) {
+        Allowance::Held { made, next_at } if target != current => {
+            let held = format!(
+                "; holding {current} instead of {target}: {made} changes in the last hour reach scaling.maxChangesPerHour (the next is allowed at {next_at})"
+            );
+            target = current;
+            Some(held)
+        }
+        _ => None,
+    };
 
     // Drain prediction at the capacity the workload has now.
     let completing_now = group_capacity(
@@ -538,7 +562,7 @@ fn scale(
         BudgetPhase::Healthy
     };
 
-    let explanation = explain(
+    let mut explanation = explain(
         &values,
         &recommended,
         recommendation,
@@ -547,6 +571,9 @@ fn scale(
         limited_by_partitions,
         waiting,
     );
+    if let Some(held) = &held {
+        explanation.push_str(held);
+    }
     let change = (target != current).then(|| ScaleChange {
         from: current,
         to: target,
@@ -581,6 +608,7 @@ fn scale(
                 Some(c) if c.to > c.from => "ScaledUp",
                 Some(_) => "ScaledDown",
                 None if waiting.is_some() => "Stabilizing",
+                None if held.is_some() => "ChangeCapReached",
                 None => "Steady",
             },
             format!("{target} replicas: {explanation}"),
@@ -608,6 +636,13 @@ fn scale(
                 Some(now)
             } else {
                 memory.last_change_at
+            },
+            recent_changes: {
+                let mut recent = change_budget::within_hour(&memory.recent_changes, now);
+                if target != current {
+                    recent.push(now);
+                }
+                recent
             },
         },
         used: values.used,

@@ -43,6 +43,7 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
         },
         last_change_at: status.last_scale.as_ref().map(|s| s.at.0),
         economy: status.economy_replicas.and_then(|r| u32::try_from(r).ok()),
+        recent_changes: status.recent_scale_changes.iter().map(|t| t.0).collect(),
     }
 }
 
@@ -99,6 +100,13 @@ pub fn after_decision(
             .collect(),
         scale_up_pending: decision.memory.windows.up.as_ref().map(pending_to_api),
         economy_replicas: decision.memory.economy.map(to_i32),
+        recent_scale_changes: decision
+            .memory
+            .recent_changes
+            .iter()
+            .copied()
+            .map(Time)
+            .collect(),
         conditions: merge_conditions(&previous.conditions, &decision.conditions, generation, now),
         ..previous.clone()
     }

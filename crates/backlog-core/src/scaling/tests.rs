@@ -440,3 +440,73 @@ fn a_held_class_backlog_does_not_make_idle_consumers_look_saturated() {
     assert_eq!(d.used.per_replica_rate, Some(250.0));
     assert!(d.desired <= 4, "{}", d.explanation);
 }
+
+/// Load that alternates every 3 minutes between 500/s and 2000/s with the deadline far away:
+/// without a cap the budget follows it; with `maxChangesPerHour` it changes at most that often
+/// in any hour, and says why it holds.
+#[test]
+fn the_change_cap_holds_optional_changes_and_says_why() {
+    let run = |cap: Option<u32>| {
+        let c = BudgetConfig {
+            max_changes_per_hour: cap,
+            scale_down_stabilization_seconds: 0.0,
+            ..config()
+        };
+        let (mut memory, mut replicas, mut changes) = (ScalingMemory::default(), 2u32, Vec::new());
+        let mut held = false;
+        for poll in 0..240i64 {
+            let lambda = if (poll / 12) % 2 == 0 { 500.0 } else { 2000.0 };
+            let d = decide(
+                &c,
+                &inputs(100.0, lambda, 5.0, replicas),
+                &memory,
+                at(poll * 15),
+            );
+            if let Some(change) = &d.change {
+                changes.push(poll * 15);
+                replicas = change.to;
+            }
+            held |= d.explanation.contains("scaling.maxChangesPerHour");
+            memory = d.memory;
+        }
+        (changes, held)
+    };
+    let (free, held) = run(None);
+    assert!(free.len() > 10 && !held, "{free:?}");
+    let (capped, held) = run(Some(3));
+    assert!(held, "the hold is explained");
+    for start in &capped {
+        let in_hour = capped
+            .iter()
+            .filter(|t| (*start..*start + 3600).contains(t))
+            .count();
+        assert!(
+            in_hour <= 3,
+            "{in_hour} changes within an hour of {start}s: {capped:?}"
+        );
+    }
+}
+
+#[test]
+fn the_change_cap_never_holds_a_scale_up_the_deadline_needs() {
+    let c = BudgetConfig {
+        max_changes_per_hour: Some(1),
+        ..config()
+    };
+    let memory = ScalingMemory {
+        recent_changes: vec![at(0)],
+        ..ScalingMemory::default()
+    };
+    // An event is 6 minutes old of a 10-minute deadline (past the 0.5 warning fraction).
+    let d = decide(&c, &inputs(300_000.0, 1500.0, 360.0, 2), &memory, at(600));
+    assert!(d.desired > 2, "{}", d.explanation);
+    assert_eq!(d.memory.recent_changes, vec![at(0), at(600)]);
+    // The same load with the deadline far away waits for the hour to pass.
+    let d = decide(&c, &inputs(1000.0, 1500.0, 10.0, 2), &memory, at(600));
+    assert_eq!(d.desired, 2, "{}", d.explanation);
+    assert!(
+        d.explanation.contains("the next is allowed at"),
+        "{}",
+        d.explanation
+    );
+}
