@@ -180,19 +180,10 @@ subjects:
         dry_run: true,
         ..PostParams::default()
     };
-    wait_until(
-        STEP,
+    wait_refused(
         "the four-eyes policy refuses a create on behalf of bob",
-        || async {
-            match replays.create(&dry_run, &probe).await {
-                Err(kube::Error::Api(status))
-                    if status.message.contains("spec.requestedBy must be the user") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
+        "spec.requestedBy must be the user",
+        || replays.create(&dry_run, &probe),
     )
     .await;
 
@@ -200,19 +191,10 @@ subjects:
     let compensation = serde_json::from_value::<Compensation>(probe_compensation("probe", "bob"))
         .map_err(|e| e.to_string())?;
     let compensations = Api::<Compensation>::namespaced(env.client("alice"), "default");
-    wait_until(
-        STEP,
+    wait_refused(
         "the compensation policy refuses a create on behalf of bob",
-        || async {
-            match compensations.create(&dry_run, &compensation).await {
-                Err(kube::Error::Api(status))
-                    if status.message.contains("spec.requestedBy must be the user") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
+        "spec.requestedBy must be the user",
+        || compensations.create(&dry_run, &compensation),
     )
     .await;
 
@@ -231,22 +213,10 @@ subjects:
         ..PatchParams::default()
     };
     let write = Patch::Merge(json!({"status": {"phase": "Succeeded"}}));
-    wait_until(
-        STEP,
+    wait_refused(
         "the status policy refuses an admin's status write",
-        || async {
-            match admin_replays
-                .patch_status("status-probe", &dry_patch, &write)
-                .await
-            {
-                Err(kube::Error::Api(status))
-                    if status.message.contains("is written only by the operator") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
+        "is written only by the operator",
+        || admin_replays.patch_status("status-probe", &dry_patch, &write),
     )
     .await;
     admin_replays
@@ -254,6 +224,23 @@ subjects:
         .await
         .map_err(|e| format!("deleting the status probe: {e}"))?;
     Ok(token)
+}
+
+/// Waits until `request` is refused with a message containing `fragment`: policies are loaded
+/// on their own schedule, and are in effect once they refuse what they must.
+async fn wait_refused<T, F, Fut>(what: &str, fragment: &str, request: F)
+where
+    T: std::fmt::Debug,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    wait_until(STEP, what, || async {
+        match request().await {
+            Err(kube::Error::Api(status)) if status.message.contains(fragment) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 }
 
 pub async fn kubectl(env: &TestEnv, args: &[&str]) -> Result<String, String> {

@@ -45,6 +45,14 @@ pub struct Built {
     pub result: Option<ConfigMap>,
 }
 
+/// Whether `next` writes an end (other than a duplicate's) for the first time: the pass that
+/// keeps the result.
+pub fn ends(previous: &CompensationStatus, next: &CompensationStatus) -> bool {
+    next.phase.is_some_and(|p| p.terminal())
+        && next.phase != Some(CompensationPhase::Duplicate)
+        && previous.phase != next.phase
+}
+
 /// The steps of one pass.
 pub fn plan(
     previous: &CompensationStatus,
@@ -58,10 +66,7 @@ pub fn plan(
         steps.push(CompensationStep::CreateClaim(Box::new(claim)));
         return steps;
     }
-    let ending = next.phase.is_some_and(|p| p.terminal())
-        && next.phase != Some(CompensationPhase::Duplicate)
-        && previous.phase != next.phase;
-    if let (true, Some(result)) = (ending, built.result) {
+    if let (true, Some(result)) = (ends(previous, next), built.result) {
         steps.push(CompensationStep::CreateResult(Box::new(result)));
     }
     if next != previous {

@@ -80,18 +80,19 @@ pub async fn reconcile(
         .phase
         .filter(|p| p.terminal())
         .map(|p| (p, previous.message.clone().unwrap_or_default()));
-    let claim = if ended.is_some() && previous.phase != Some(CompensationPhase::Duplicate) {
-        // An end is final; only a duplicate reads the claim again, to follow the first's result.
-        Claim::Ours {
-            sha256: previous
+    let (claim, frozen_at) =
+        if ended.is_some() && previous.phase != Some(CompensationPhase::Duplicate) {
+            // An end is final; only a duplicate reads the claim again, to follow the first's
+            // result.
+            let sha256 = previous
                 .request
                 .as_ref()
                 .map(|r| r.sha256.clone())
-                .unwrap_or_default(),
-        }
-    } else {
-        read_claim(compensation, &config_maps, &namespace, &child).await?
-    };
+                .unwrap_or_default();
+            (Claim::Ours { sha256 }, None)
+        } else {
+            read_claim(compensation, &config_maps, &namespace, &child).await?
+        };
     let sha = match &claim {
         Claim::Ours { sha256 } => Some(sha256.clone()),
         _ => None,
@@ -162,10 +163,9 @@ pub async fn reconcile(
         &previous,
         &decision,
         &facts,
-        &config_maps,
+        frozen_at,
         &child,
-    )
-    .await?;
+    );
     let mut claim = None;
     match &decision.action {
         Some(Action::Freeze) => {
@@ -186,7 +186,7 @@ pub async fn reconcile(
         _ => {}
     }
     let result = match next.phase {
-        Some(phase) if phase.terminal() => Some(
+        Some(phase) if plan::ends(&previous, &next) => Some(
             request::result(compensation, phase, &next).map_err(|source| Error::Encode {
                 what: "the compensation result",
                 source,
@@ -242,16 +242,20 @@ pub async fn reconcile(
     })
 }
 
+/// Who holds the id, and when the claim was made (the frozen request's time).
 async fn read_claim(
     compensation: &Compensation,
     config_maps: &Api<ConfigMap>,
     namespace: &str,
     child: &str,
-) -> Result<Claim, Error> {
+) -> Result<(Claim, Option<Time>), Error> {
     let found = config_maps
         .get_opt(child)
         .await
         .during(|| ApiCall::on::<ConfigMap>(Verb::Get, namespace, child))?;
+    let frozen_at = found
+        .as_ref()
+        .and_then(|cm| cm.metadata.creation_timestamp.clone());
     let claim = request::claim_of(compensation, found.as_ref(), None);
     if let Claim::Theirs { .. } = claim {
         let result_name = request::result_name(&compensation.spec.compensation_id);
@@ -259,13 +263,10 @@ async fn read_claim(
             .get_opt(&result_name)
             .await
             .during(|| ApiCall::on::<ConfigMap>(Verb::Get, namespace, &result_name))?;
-        return Ok(request::claim_of(
-            compensation,
-            found.as_ref(),
-            result.as_ref(),
-        ));
+        let claim = request::claim_of(compensation, found.as_ref(), result.as_ref());
+        return Ok((claim, frozen_at));
     }
-    Ok(claim)
+    Ok((claim, frozen_at))
 }
 
 fn check_approval(
@@ -384,14 +385,15 @@ async fn report(
     })
 }
 
-async fn status_of(
+/// The status a decision leads to (pure).
+fn status_of(
     compensation: &Compensation,
     previous: &CompensationStatus,
     decision: &Decision,
     facts: &CompensationFacts,
-    config_maps: &Api<ConfigMap>,
+    frozen_at: Option<Time>,
     child: &str,
-) -> Result<CompensationStatus, Error> {
+) -> CompensationStatus {
     let mut next = previous.clone();
     let now = facts.now;
     next.observed_generation = compensation.metadata.generation;
@@ -400,17 +402,10 @@ async fn status_of(
     if next.request.is_none()
         && let Claim::Ours { sha256 } = &facts.claim
     {
-        let frozen_at = config_maps
-            .get_opt(child)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|cm| cm.metadata.creation_timestamp)
-            .unwrap_or(Time(now));
         next.request = Some(FrozenRequest {
             config_map: child.to_owned(),
             sha256: sha256.clone(),
-            frozen_at,
+            frozen_at: frozen_at.unwrap_or(Time(now)),
         });
     }
     if decision.duplicate_of.is_some() {
@@ -464,7 +459,7 @@ async fn status_of(
     next.conditions = merge_conditions(&previous.conditions, &decision.conditions, generation, now);
     let readiness = readiness::of_compensation(next.phase, next.message.as_deref());
     next.conditions = readiness::merged(&next.conditions, &readiness, generation, now);
-    Ok(next)
+    next
 }
 
 /// The API calls of one compensation's plan. It keeps the status as last written (and its
