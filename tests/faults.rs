@@ -85,7 +85,7 @@ impl Load {
         load
     }
 
-    /// A light load (a few replicas, whatever the budget's economy makes of it).
+    /// A light load (a few replicas).
     fn light(&self) {
         self.set(500.0, 500.0);
     }

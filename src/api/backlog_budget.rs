@@ -237,6 +237,13 @@ pub struct MetricQueries {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub partitions: Option<String>,
+    /// Unfinished events per partition: one series per partition, labelled `partition`
+    /// (e.g. `sum by (partition) (kafka_consumergroup_lag{consumergroup="orders"})`). With it the
+    /// budget sees a hot partition (condition `PartitionSkew`), sizes the workload for the
+    /// other partitions, and measures capacity only while every partition has work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub partition_backlog: Option<String>,
 }
 
 /// Consumer capacity.
@@ -482,9 +489,21 @@ pub struct BacklogBudgetStatus {
     /// A higher recommendation waiting out scaleUpStabilization (the lowest since it began).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_up_pending: Option<PendingScale>,
-    /// Replicas the budget runs below what arrivals need while the deadline has room.
+    /// The per-replica rate the decision used and where it comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub economy_replicas: Option<i32>,
+    pub capacity: Option<CapacityStatus>,
+    /// The highest λ of each bucket of the recent past (oldest first): scale-downs are judged
+    /// as if it repeats, so a load that returns is not chased down at its trough.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 24))]
+    pub recent_demand: Vec<DemandBucket>,
+    /// Since when pods of the last scale-up have not all been ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_pending_since: Option<Time>,
+    /// How long the last scale-up took until every pod was ready (plans assume 30 s before
+    /// one was seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_start_seconds: Option<f64>,
     /// When the replicas changed in the last hour (for `scaling.maxChangesPerHour`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 200))]
@@ -507,10 +526,43 @@ pub struct BacklogBudgetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_document_revision: Option<i64>,
     /// `MetricsAvailable`, `PartitionLimited`, `DeadlineAtRisk`, `ScalingActive`, `Conflict`,
-    /// `CapacityPlan`.
+    /// `CapacityPlan`, and `PartitionSkew` when `metrics.partitionBacklog` is set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// Where the per-replica rate comes from.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapacitySourceName {
+    /// spec.capacity.perReplicaRate, before any saturated measurement.
+    Configured,
+    /// completionRate / ready replicas while the consumers were saturated.
+    Measured,
+    /// The completions of consumers never seen saturated: a lower bound only.
+    Prior,
+}
+
+/// The capacity the decision used.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityStatus {
+    pub source: CapacitySourceName,
+    /// Events per second one replica completes, as used.
+    pub per_replica_rate: f64,
+    /// The last measurement taken while the consumers were saturated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_per_replica_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_at: Option<Time>,
+}
+
+/// The highest λ seen in one bucket of time.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DemandBucket {
+    pub at: Time,
+    pub produce_rate: f64,
 }
 
 /// Inputs of the last evaluation.

@@ -19,10 +19,35 @@ pub use allowlist::{Allowlist, AllowlistError, Refused};
 /// A future returned by a backend; boxed so the trait stays object-safe for tests.
 pub type QueryFuture = Pin<Box<dyn Future<Output = Observation> + Send + 'static>>;
 
+/// One value per series, named by a label: `Err` says why there is none.
+pub type Labelled = Result<Vec<(String, f64)>, String>;
+pub type LabelledFuture = Pin<Box<dyn Future<Output = Labelled> + Send + 'static>>;
+
 /// Evaluates one instant PromQL query.
 pub trait QueryBackend: Send + Sync {
     /// Evaluates `expression` against the server at `address`, giving up after `timeout`.
     fn instant(&self, address: &str, expression: &str, timeout: Duration) -> QueryFuture;
+
+    /// The same, keeping each series' `label` (series without it are named by position).
+    fn instant_by_label(
+        &self,
+        address: &str,
+        expression: &str,
+        timeout: Duration,
+        _label: &str,
+    ) -> LabelledFuture {
+        let answer = self.instant(address, expression, timeout);
+        Box::pin(async move {
+            match answer.await {
+                Observation::Samples(values) => Ok(values
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| (i.to_string(), v))
+                    .collect()),
+                Observation::Failed(reason) => Err(reason),
+            }
+        })
+    }
 }
 
 /// What is cached per (server, expression): when it was asked and the (pending) answer.
@@ -111,6 +136,27 @@ impl MetricsSource {
             })
             .await
             .clone()
+    }
+
+    /// One value per series of `expression`, named by `label`; not cached (one budget asks
+    /// it), but it waits for a permit like every query.
+    pub async fn query_by_label(
+        &self,
+        address: Option<&str>,
+        expression: &str,
+        label: &str,
+    ) -> Labelled {
+        let Some(address) = address else {
+            return Err(NO_PROMETHEUS.to_owned());
+        };
+        self.permits(address)
+            .map_err(|refused| refused.to_string())?;
+        let Ok(_permit) = self.permits.acquire().await else {
+            return Err("query limiter closed".to_owned());
+        };
+        self.backend
+            .instant_by_label(address, expression, self.timeout, label)
+            .await
     }
 
     /// Like [`query`](Self::query), with the server the object resolved to; without one the

@@ -7,7 +7,7 @@ use std::time::Duration;
 use prometheus_http_query::Client;
 use prometheus_http_query::response::Data;
 
-use super::{QueryBackend, QueryFuture};
+use super::{LabelledFuture, QueryBackend, QueryFuture};
 use crate::core::metric_input::Observation;
 
 /// Clients kept at most, one per server address; the least recently used goes first. The
@@ -126,9 +126,60 @@ impl QueryBackend for PrometheusBackend {
             }
         })
     }
+
+    fn instant_by_label(
+        &self,
+        address: &str,
+        expression: &str,
+        timeout: Duration,
+        label: &str,
+    ) -> LabelledFuture {
+        self.by_label(address, expression, timeout, label)
+    }
 }
 
 impl PrometheusBackend {
+    fn by_label(
+        &self,
+        address: &str,
+        expression: &str,
+        timeout: Duration,
+        label: &str,
+    ) -> LabelledFuture {
+        let client = self.client(address, timeout);
+        let (expression, address, label) =
+            (expression.to_owned(), address.to_owned(), label.to_owned());
+        Box::pin(async move {
+            let client = client?;
+            let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+            let query = client.query(&expression).timeout(timeout_ms).get();
+            match tokio::time::timeout(timeout, query).await {
+                Err(_) => Err(format!(
+                    "no answer from {address} within {}ms",
+                    timeout.as_millis()
+                )),
+                Ok(Err(error)) => Err(bounded(format!("{address}: {error}"))),
+                Ok(Ok(result)) => match result.data() {
+                    Data::Vector(vector) => Ok(vector
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| {
+                            let name = v
+                                .metric()
+                                .get(&label)
+                                .cloned()
+                                .unwrap_or_else(|| i.to_string());
+                            (name, v.sample().value())
+                        })
+                        .collect()),
+                    _ => Err(
+                        "must return an instant vector with one series per partition".to_owned(),
+                    ),
+                },
+            }
+        })
+    }
+
     pub fn shared() -> Arc<dyn QueryBackend> {
         Arc::new(Self::new())
     }

@@ -6,20 +6,32 @@
 use jiff::Timestamp;
 
 use super::budget_config::{BudgetConfig, PartitionSource};
+use super::capacity_estimate::{
+    CapacityEvidence, CapacitySource, MeasuredCapacity, estimate as estimate_capacity,
+};
 use super::change_budget::{self, Allowance};
 use super::condition::{ConditionSpec, Truth};
-use super::drain::{drain_seconds, estimate_oldest_age, group_capacity};
+use super::deadline_plan::{Plan, PlanInputs, PlanReason, PlanSettings, plan};
+use super::demand_history::{self, DemandSample, Replay};
+use super::drain::{
+    drain_seconds, drain_window, estimate_oldest_age, group_capacity, unbounded_replicas_for,
+};
 use super::format::{seconds, si};
 use super::metric_input::{MetricProblem, MissingInput, Observation, single_value};
+use super::partition_skew::{self, PartitionSample, Skew};
 use super::phase::BudgetPhase;
-use super::recommendation::{Demand, Recommendation, Regime, Supply, recommend};
 use super::stabilization::{WindowSettings, Windows, seconds_between, stabilize};
+use super::trajectory::QueueNow;
 
 pub const METRICS_AVAILABLE: &str = "MetricsAvailable";
 pub const PARTITION_LIMITED: &str = "PartitionLimited";
 pub const DEADLINE_AT_RISK: &str = "DeadlineAtRisk";
 pub const SCALING_ACTIVE: &str = "ScalingActive";
 pub const CONFLICT: &str = "Conflict";
+pub const PARTITION_SKEW: &str = "PartitionSkew";
+
+/// Pod start time assumed until one is observed.
+const DEFAULT_POD_START_SECONDS: f64 = 30.0;
 
 /// One poll's inputs.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,6 +54,8 @@ pub struct ScalingInputs {
     pub ready_replicas: Option<u32>,
     /// Another autoscaler that owns the target, if any (names it).
     pub conflict: Option<String>,
+    /// `metrics.partitionBacklog`, one sample per partition, when configured and answered.
+    pub partition_backlogs: Option<Vec<PartitionSample>>,
 }
 
 /// The previous observation: λ's trend, and λ itself when no produce-rate query exists.
@@ -59,10 +73,16 @@ pub struct ScalingMemory {
     pub windows: Windows,
     /// When the replicas last changed (status.lastScale.at).
     pub last_change_at: Option<Timestamp>,
-    /// The economy count chosen at the previous decision (status.economyReplicas).
-    pub economy: Option<u32>,
     /// When the replicas changed in the last hour, oldest first (status.recentScaleChanges).
     pub recent_changes: Vec<Timestamp>,
+    /// λ of the recent past, in buckets (status.recentDemand).
+    pub demand: Vec<DemandSample>,
+    /// The last capacity measured while the consumers were saturated (status.capacity).
+    pub capacity: Option<MeasuredCapacity>,
+    /// Since when pods asked for by a scale-up have not all been ready.
+    pub pods_pending_since: Option<Timestamp>,
+    /// How long the last scale-up took until every pod was ready (status.podStartSeconds).
+    pub pod_start_seconds: Option<f64>,
 }
 
 /// The numbers the decision used.
@@ -84,6 +104,8 @@ pub struct UsedValues {
     /// The rate was measured on consumers that were not saturated: only a lower bound of
     /// their capacity.
     pub per_replica_rate_is_lower_bound: bool,
+    /// Where the per-replica rate comes from, when there is one.
+    pub capacity_source: Option<CapacitySource>,
     pub replicas: u32,
 }
 
@@ -204,8 +226,8 @@ fn metrics_unavailable(
                 down: Vec::new(),
             },
             last_change_at: memory.last_change_at,
-            economy: None,
             recent_changes: memory.recent_changes.clone(),
+            ..memory.clone()
         },
         used,
     }
@@ -217,12 +239,12 @@ struct Values {
     backlog: f64,
     scaling_backlog: f64,
     produce_rate: f64,
-    produce_rate_trend: f64,
     oldest_age: f64,
     partitions: u32,
     per_replica_rate: f64,
     /// Measured capacity while the consumers were not saturated: a lower bound only.
     capacity_is_lower_bound: bool,
+    capacity_measured: Option<MeasuredCapacity>,
 }
 
 /// What one poll's queries gave: the validated values, or what is missing.
@@ -310,38 +332,45 @@ fn gather(
         ..UsedValues::default()
     };
 
-    // Capacity: consumers with more than one poll of work waiting are saturated, and then what
-    // they complete per ready replica is what a replica can do (a slow downstream shows up here
-    // at once). Otherwise the configured rate stands; without one, the measurement is only a
-    // lower bound.
-    // A measurement spans the query's rate window: right after a change of replicas (and its
-    // rebalance pause) it mixes two capacities and reads low, so it waits to settle.
+    // Capacity is measured only while the consumers are saturated: work waits beyond what
+    // they complete in two polls, every partition has some, and the rate window saw no
+    // change of replicas (right after one it mixes two capacities and reads low).
     let settled = ready == current
         && memory
             .last_change_at
             .is_none_or(|at| seconds_between(at, now) >= measurement_settle_seconds(config));
-    // (rate per ready replica, whether it is exact rather than a lower bound)
     // Saturation is judged on the backlog the consumers work on: a held event class's
-    // backlog waits by design while the replicas idle, and counting it would read their
-    // completions as their capacity and scale to the cap.
-    let measurement = match (completion_rate, used.scaling_backlog) {
-        (Some(completed), Some(b)) if ready > 0 && completed > 0.0 => Some((
-            completed / f64::from(ready),
-            settled && b > completed * config.poll_interval_seconds,
-        )),
-        _ => None,
-    };
-    let (per_replica_rate, capacity_is_lower_bound) = match (config.per_replica_rate, measurement) {
-        (_, Some((measured, true))) => {
-            used.per_replica_rate_measured = true;
-            (Some(measured), false)
+    // backlog waits by design while the replicas idle.
+    let every_partition_busy = inputs
+        .partition_backlogs
+        .as_ref()
+        .is_none_or(|samples| samples.iter().all(|p| p.backlog > 0.0));
+    let saturated = settled
+        && every_partition_busy
+        && match (completion_rate, used.scaling_backlog) {
+            (Some(completed), Some(b)) => {
+                completed > 0.0 && b > completed * 2.0 * config.poll_interval_seconds
+            }
+            _ => false,
+        };
+    let capacity = estimate_capacity(
+        CapacityEvidence {
+            configured: config.per_replica_rate,
+            completion_rate,
+            ready_replicas: ready,
+            saturated,
+            stale_after_seconds: 4.0 * config.scale_down_stabilization_seconds.max(300.0),
+        },
+        memory.capacity,
+        now,
+    );
+    let (per_replica_rate, capacity_is_lower_bound) = match capacity {
+        Some(estimate) => {
+            used.per_replica_rate_measured = estimate.source != CapacitySource::Configured;
+            used.capacity_source = Some(estimate.source);
+            (Some(estimate.per_replica_rate), estimate.is_lower_bound())
         }
-        (Some(configured), _) => (Some(configured), false),
-        (None, Some((measured, false))) => {
-            used.per_replica_rate_measured = true;
-            (Some(measured), true)
-        }
-        (None, None) => {
+        None => {
             missing_push(
                 &mut missing,
                 "metrics.completionRate",
@@ -376,16 +405,6 @@ fn gather(
         (false, _, None) => None,
     };
     used.produce_rate = produce_rate;
-    let produce_rate_trend = match (produce_rate, memory.previous) {
-        (Some(rate), Some(previous)) => match previous.produce_rate {
-            Some(before) if seconds_between(previous.at, now) > 0.0 => {
-                (rate - before) / seconds_between(previous.at, now)
-            }
-            _ => 0.0,
-        },
-        _ => 0.0,
-    };
-
     let oldest_age = match (config.oldest_age_configured, oldest_age) {
         (true, age) => age,
         (false, _) => match (backlog, produce_rate, per_replica_rate) {
@@ -416,11 +435,11 @@ fn gather(
                 scaling_backlog: (backlog - paused_backlog).max(0.0),
                 backlog,
                 produce_rate,
-                produce_rate_trend,
                 oldest_age,
                 partitions,
                 per_replica_rate: rate,
                 capacity_is_lower_bound,
+                capacity_measured: capacity.and_then(|c| c.measured),
                 used: used.clone(),
             })
         }
@@ -454,45 +473,93 @@ fn scale(
     now: Timestamp,
 ) -> ScalingDecision {
     let current = inputs.current_replicas;
+    let ready = inputs.ready_replicas.unwrap_or(current);
     let lambda = values.produce_rate;
     let rate = values.per_replica_rate;
     let capacity = rate * (1.0 - config.reserved_retry_share);
     let cap = config.max_replicas.min(values.partitions);
     let floor = config.min_replicas.min(cap);
     let partition_bound = values.partitions <= config.max_replicas;
+    let bounded = current.clamp(floor, cap);
 
-    // Steps 2-4: what the deadline needs, clamped to [floor, cap].
-    let recommended = recommend(
-        config,
-        &Demand {
-            produce_rate: lambda,
-            produce_rate_trend: values.produce_rate_trend,
+    let window = demand_window_seconds(config);
+    let bucket = demand_history::bucket_seconds(window, config.poll_interval_seconds);
+    let demand = demand_history::record(&memory.demand, lambda, now, window, bucket);
+    let recent = Replay::new(&demand, now, bucket);
+
+    // A hot partition's backlog is one consumer's work whatever the count: the count is what
+    // the other partitions need. A backlog below a second of arrivals is in flight, not skew.
+    let skew = inputs
+        .partition_backlogs
+        .as_deref()
+        .and_then(|samples| partition_skew::detect(samples, values.scaling_backlog, lambda));
+    let queue = match &skew {
+        Some(skew) => QueueNow {
+            backlog: skew.others_backlog,
+            oldest_age: estimate_oldest_age(
+                skew.others_backlog,
+                lambda,
+                group_capacity(ready.max(1), values.partitions, capacity),
+            ),
+        },
+        None => QueueNow {
             backlog: values.scaling_backlog,
             oldest_age: values.oldest_age,
         },
-        &Supply {
-            per_replica_rate: rate,
-            current,
+    };
+    let settings = PlanSettings {
+        age_limit: config.warning_at * config.deadline_seconds,
+        drain_limit: config.target_drain_seconds,
+        poll: config.poll_interval_seconds,
+        pod_start: memory
+            .pod_start_seconds
+            .unwrap_or(DEFAULT_POD_START_SECONDS),
+        rebalance: config.rebalance_cost_seconds,
+        horizon: plan_horizon_seconds(config),
+    };
+    let planned = plan(
+        &PlanInputs {
+            queue,
+            produce_rate: lambda,
+            recent: &recent,
+            per_replica_rate: capacity,
+            partitions: values.partitions,
+            current: bounded,
+            ready,
             floor,
             cap,
-            partitions: values.partitions,
-            economy: memory.economy,
         },
+        &settings,
     );
-    let undrainable = recommended.regime == Regime::Undrainable && !values.capacity_is_lower_bound;
-    let raw = recommended.raw;
-    let mut recommendation = recommended.replicas;
+
+    let undrainable = lambda > 0.0
+        && group_capacity(cap, values.partitions, rate) <= lambda
+        && !values.capacity_is_lower_bound;
+    // What the deadline would need without the cap, for the PartitionLimited message.
+    let raw = if planned.reason == PlanReason::CapFallsShort || undrainable {
+        let drain = drain_window(
+            config.target_drain_seconds,
+            config.deadline_seconds,
+            queue.oldest_age,
+            config.poll_interval_seconds.max(1.0),
+        );
+        unbounded_replicas_for(lambda + queue.backlog / drain, capacity).max(u64::from(cap) + 1)
+    } else {
+        u64::from(planned.replicas)
+    };
+    // Even when λ now exceeds what the cap completes, the count is the plan's: a spike above
+    // the cap is absorbed by the time budget when the recent past says it is one.
+    let mut recommendation = planned.replicas;
     if values.capacity_is_lower_bound {
-        // An idle consumer's measured rate says nothing about more load; do not add replicas on it.
-        recommendation = recommendation.min(current.max(floor));
+        // An idle consumer's completions say nothing about more load; do not add replicas on it.
+        recommendation = recommendation.min(bounded);
     }
     let limited_by_partitions = raw > u64::from(cap) && partition_bound;
 
-    // Step 5: pace the change. Replicas outside [floor, cap] are corrected at once; from there
-    // the stabilization windows apply, except that an event already past the critical
-    // fraction of its deadline does not wait for scale-up stabilization.
+    // Pace the change. Replicas outside [floor, cap] are corrected at once; from there the
+    // stabilization windows apply, except that an event already past the critical fraction of
+    // its deadline does not wait for scale-up stabilization.
     let urgent = values.oldest_age >= config.critical_at * config.deadline_seconds || undrainable;
-    let bounded = current.clamp(floor, cap);
     let up_window = if urgent {
         0.0
     } else {
@@ -540,11 +607,7 @@ fn scale(
     };
 
     // Drain prediction at the capacity the workload has now.
-    let completing_now = group_capacity(
-        inputs.ready_replicas.unwrap_or(current),
-        values.partitions,
-        capacity,
-    );
+    let completing_now = group_capacity(ready, values.partitions, capacity);
     let drain_now = if undrainable {
         None
     } else {
@@ -564,9 +627,10 @@ fn scale(
 
     let mut explanation = explain(
         &values,
-        &recommended,
-        recommendation,
-        current,
+        &planned,
+        &settings,
+        undrainable,
+        (recommendation, current),
         (floor, cap),
         limited_by_partitions,
         waiting,
@@ -580,7 +644,7 @@ fn scale(
         reason: explanation.clone(),
     });
 
-    let conditions = vec![
+    let mut conditions = vec![
         ConditionSpec::new(
             METRICS_AVAILABLE,
             Truth::True,
@@ -615,6 +679,22 @@ fn scale(
         ),
         ConditionSpec::new(CONFLICT, Truth::False, "NoOtherAutoscaler", ""),
     ];
+    if inputs.partition_backlogs.is_some() {
+        conditions.push(skew_condition(skew.as_ref()));
+    }
+
+    let scaled_up = target > current;
+    let pods_pending_since = if scaled_up {
+        memory.pods_pending_since.or(Some(now))
+    } else if ready >= current {
+        None
+    } else {
+        memory.pods_pending_since
+    };
+    let pod_start_seconds = match memory.pods_pending_since {
+        Some(since) if ready >= current && !scaled_up => Some(seconds_between(since, now).max(1.0)),
+        _ => memory.pod_start_seconds,
+    };
 
     ScalingDecision {
         phase,
@@ -631,7 +711,6 @@ fn scale(
                 produce_rate: Some(lambda),
             }),
             windows,
-            economy: (recommended.regime == Regime::Economy).then_some(recommended.replicas),
             last_change_at: if target != current {
                 Some(now)
             } else {
@@ -644,23 +723,60 @@ fn scale(
                 }
                 recent
             },
+            demand,
+            capacity: values.capacity_measured,
+            pods_pending_since,
+            pod_start_seconds,
         },
         used: values.used,
     }
 }
 
+/// How far back λ is remembered: a load that returns within it is planned for.
+fn demand_window_seconds(config: &BudgetConfig) -> f64 {
+    (2.0 * config.scale_down_stabilization_seconds).max(8.0 * config.poll_interval_seconds)
+}
+
+/// How far plans look ahead: long enough that a count which falls behind shows it, and that
+/// a change made now is not undone within four scale-down windows.
+fn plan_horizon_seconds(config: &BudgetConfig) -> f64 {
+    (4.0 * config.scale_down_stabilization_seconds)
+        .max(config.deadline_seconds)
+        .max(config.target_drain_seconds)
+        + config.poll_interval_seconds
+        + config.rebalance_cost_seconds
+}
+
+fn skew_condition(skew: Option<&Skew>) -> ConditionSpec {
+    match skew {
+        Some(skew) => ConditionSpec::new(
+            PARTITION_SKEW,
+            Truth::True,
+            "HotPartition",
+            format!(
+                "partition {} holds {:.0} % of the backlog; more consumers cannot help: split the hot key or give it its own topic",
+                skew.partition,
+                skew.share * 100.0
+            ),
+        ),
+        None => ConditionSpec::new(PARTITION_SKEW, Truth::False, "BacklogSpread", ""),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn explain(
     values: &Values,
-    recommended: &Recommendation,
-    recommendation: u32,
-    current: u32,
+    planned: &Plan,
+    settings: &PlanSettings,
+    undrainable: bool,
+    (recommendation, current): (u32, u32),
     (floor, cap): (u32, u32),
     limited_by_partitions: bool,
     waiting: Option<f64>,
 ) -> String {
     let lambda = values.produce_rate;
     let rate = values.per_replica_rate;
-    if recommended.regime == Regime::Undrainable && !values.capacity_is_lower_bound {
+    if undrainable {
         return format!(
             "λ {}/s is at or above the most {cap} replicas can complete ({cap} × {}/s = {}/s): the backlog can never catch up; add partitions or speed up the consumer",
             si(lambda),
@@ -668,8 +784,13 @@ fn explain(
             si(f64::from(cap) * rate)
         );
     }
+    let source = match values.used.capacity_source {
+        Some(CapacitySource::Measured) => " (measured while saturated)",
+        Some(CapacitySource::Prior) => " (lower bound: the consumers were never saturated)",
+        _ => "",
+    };
     let mut text = format!(
-        "backlog {}, λ {}/s{}, μ/replica {}/s{} → need {}",
+        "backlog {}, λ {}/s{}, μ/replica {}/s{}",
         si(values.scaling_backlog),
         si(lambda),
         if values.used.produce_rate_estimated {
@@ -678,24 +799,30 @@ fn explain(
             ""
         },
         si(rate),
-        if values.used.per_replica_rate_measured {
-            " (measured)"
-        } else {
-            ""
-        },
-        recommended.raw
+        source,
     );
-    match recommended.regime {
-        Regime::Urgent => text.push_str(" (oldest event past the warning fraction: draining)"),
-        Regime::Economy => text.push_str(&format!(
-            ", {recommendation} suffice while the deadline has room"
-        )),
-        _ => {}
-    }
+    let limit = seconds(settings.age_limit);
+    let peak = seconds(planned.outlook.peak_age);
+    text.push_str(&match planned.reason {
+        PlanReason::Holding => format!(
+            " → {} replicas keep the oldest age below {limit} (predicted peak {peak})",
+            planned.replicas
+        ),
+        PlanReason::ScaleUp => format!(
+            " → need {}: {current} would let the oldest age pass {limit} (predicted peak {peak} with {})",
+            planned.replicas, planned.replicas
+        ),
+        PlanReason::ScaleDown => format!(
+            " → {} suffice: they keep the oldest age below {limit} if the recent load returns (predicted peak {peak})",
+            planned.replicas
+        ),
+        PlanReason::CapFallsShort => format!(
+            " → need more than {cap}: even {cap} let the oldest age reach {peak} (limit {limit})"
+        ),
+    });
     if limited_by_partitions {
         text.push_str(&format!(", capped at {} partitions", values.partitions));
-    } else if recommended.regime != Regime::Economy && u64::from(recommendation) != recommended.raw
-    {
+    } else if recommendation != planned.replicas {
         text.push_str(&format!(", kept within [{floor}, {cap}] replicas"));
     }
     if let Some(wait) = waiting {

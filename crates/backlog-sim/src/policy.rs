@@ -123,6 +123,7 @@ impl Policy for BudgetPolicy<'_> {
             current_replicas: view.replicas,
             ready_replicas: latest.map(|s| s.ready_replicas),
             conflict: None,
+            partition_backlogs: None,
         };
         let now = Timestamp::from_millisecond((view.now * 1000.0) as i64)
             .unwrap_or(Timestamp::UNIX_EPOCH);

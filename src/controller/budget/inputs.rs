@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::api::backlog_budget::{BacklogBudget, EventClassStatus};
 use crate::core::class_breaker::holds_backlog;
 use crate::core::metric_input::Observation;
+use crate::core::partition_skew::PartitionSample;
 use crate::core::scaling::ScalingInputs;
 use crate::metrics_source::MetricsSource;
 
@@ -33,6 +34,8 @@ pub struct MetricObservations {
     pub retry_rate: Option<Observation>,
     pub quarantine_rate: Option<Observation>,
     pub partitions: Option<Observation>,
+    /// `metrics.partitionBacklog`: (partition label, value) per series.
+    pub partition_backlogs: Option<Result<Vec<(String, f64)>, String>>,
     /// The highest produce rate of the last 24 hours, for the capacity plan check.
     pub peak_produce_rate: Option<Observation>,
     /// The `backlog` query of every class that has one, in spec order. Only the classes held
@@ -91,6 +94,16 @@ pub async fn observe_metrics(
             ),
         }
     };
+    let partition_backlogs = async {
+        match &metrics.partition_backlog {
+            None => None,
+            Some(expression) => Some(
+                queries
+                    .query_by_label(address, expression, PARTITION_LABEL)
+                    .await,
+            ),
+        }
+    };
     let (
         backlog,
         oldest_age,
@@ -101,6 +114,7 @@ pub async fn observe_metrics(
         partitions,
         peak_produce_rate,
         class_backlogs,
+        partition_backlogs,
     ) = tokio::join!(
         ask(Some(metrics.backlog.clone())),
         ask(metrics.oldest_unfinished_age.clone()),
@@ -111,6 +125,7 @@ pub async fn observe_metrics(
         ask(metrics.partitions.clone()),
         peak,
         class_backlogs,
+        partition_backlogs,
     );
     MetricObservations {
         backlog: backlog.unwrap_or_else(|| Observation::Samples(vec![])),
@@ -120,10 +135,14 @@ pub async fn observe_metrics(
         retry_rate,
         quarantine_rate,
         partitions,
+        partition_backlogs,
         peak_produce_rate,
         class_backlogs,
     }
 }
+
+/// The label that names a series of `metrics.partitionBacklog`.
+pub const PARTITION_LABEL: &str = "partition";
 
 /// Evaluates each class's `failureRatio` and `executionRate`, in spec order.
 pub async fn observe_classes(
@@ -176,6 +195,19 @@ pub fn scaling_inputs(
         current_replicas: workload.replicas,
         ready_replicas: workload.ready,
         conflict: None,
+        // Informational: a failed or empty per-partition query only turns the skew check off.
+        partition_backlogs: match &observed.partition_backlogs {
+            Some(Ok(series)) if !series.is_empty() => Some(
+                series
+                    .iter()
+                    .map(|(partition, backlog)| PartitionSample {
+                        partition: partition.clone(),
+                        backlog: *backlog,
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        },
     }
 }
 
@@ -193,6 +225,7 @@ pub fn conflict_inputs(owner: &str, workload: Workload) -> ScalingInputs {
         current_replicas: workload.replicas,
         ready_replicas: workload.ready,
         conflict: Some(owner.to_owned()),
+        partition_backlogs: None,
     }
 }
 

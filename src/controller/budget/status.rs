@@ -5,9 +5,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{
-    BacklogBudgetStatus, BudgetPhase, LastScale, Observed, PendingScale,
+    BacklogBudgetStatus, BudgetPhase, CapacitySourceName, CapacityStatus, DemandBucket, LastScale,
+    Observed, PendingScale,
 };
 use crate::api::conditions::{ConditionSpec, merge_conditions};
+use crate::core::capacity_estimate::{CapacitySource, MeasuredCapacity};
+use crate::core::demand_history::DemandSample;
 use crate::core::format::seconds;
 use crate::core::scaling::{PreviousObservation, ScalingDecision, ScalingMemory};
 use crate::core::stabilization::{Pending, Windows};
@@ -42,8 +45,31 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
             down: status.scale_down_window.iter().map(pending_of).collect(),
         },
         last_change_at: status.last_scale.as_ref().map(|s| s.at.0),
-        economy: status.economy_replicas.and_then(|r| u32::try_from(r).ok()),
         recent_changes: status.recent_scale_changes.iter().map(|t| t.0).collect(),
+        demand: status
+            .recent_demand
+            .iter()
+            .map(|bucket| DemandSample {
+                at: bucket.at.0,
+                rate: bucket.produce_rate,
+            })
+            .collect(),
+        capacity: status.capacity.as_ref().and_then(|c| {
+            Some(MeasuredCapacity {
+                per_replica_rate: c.measured_per_replica_rate?,
+                at: c.measured_at.as_ref()?.0,
+            })
+        }),
+        pods_pending_since: status.pods_pending_since.as_ref().map(|t| t.0),
+        pod_start_seconds: status.pod_start_seconds,
+    }
+}
+
+fn source_name(source: CapacitySource) -> CapacitySourceName {
+    match source {
+        CapacitySource::Configured => CapacitySourceName::Configured,
+        CapacitySource::Measured => CapacitySourceName::Measured,
+        CapacitySource::Prior => CapacitySourceName::Prior,
     }
 }
 
@@ -99,7 +125,26 @@ pub fn after_decision(
             .map(pending_to_api)
             .collect(),
         scale_up_pending: decision.memory.windows.up.as_ref().map(pending_to_api),
-        economy_replicas: decision.memory.economy.map(to_i32),
+        capacity: match (used.capacity_source, used.per_replica_rate) {
+            (Some(source), Some(rate)) => Some(CapacityStatus {
+                source: source_name(source),
+                per_replica_rate: rate,
+                measured_per_replica_rate: decision.memory.capacity.map(|m| m.per_replica_rate),
+                measured_at: decision.memory.capacity.map(|m| Time(m.at)),
+            }),
+            _ => previous.capacity.clone(),
+        },
+        recent_demand: decision
+            .memory
+            .demand
+            .iter()
+            .map(|sample| DemandBucket {
+                at: Time(sample.at),
+                produce_rate: sample.rate,
+            })
+            .collect(),
+        pods_pending_since: decision.memory.pods_pending_since.map(Time),
+        pod_start_seconds: decision.memory.pod_start_seconds,
         recent_scale_changes: decision
             .memory
             .recent_changes
@@ -175,6 +220,7 @@ mod tests {
             current_replicas: replicas,
             ready_replicas: None,
             conflict: None,
+            partition_backlogs: None,
         }
     }
 
@@ -190,7 +236,8 @@ mod tests {
         let memory = memory_of(&status);
         assert_eq!(memory.windows, first.memory.windows);
         assert_eq!(memory.previous, first.memory.previous);
-        assert_eq!(memory.economy, first.memory.economy);
+        assert_eq!(memory.demand, first.memory.demand);
+        assert_eq!(memory.capacity, first.memory.capacity);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::partition_skew::PartitionSample;
 
 fn at(s: i64) -> Timestamp {
     Timestamp::from_second(s).unwrap()
@@ -27,6 +28,7 @@ fn inputs(backlog: f64, lambda: f64, age: f64, replicas: u32) -> ScalingInputs {
         current_replicas: replicas,
         ready_replicas: Some(replicas),
         conflict: None,
+        partition_backlogs: None,
     }
 }
 
@@ -194,15 +196,15 @@ fn scale_down_waits_for_the_window() {
     let c = config();
     let first = decide(
         &c,
-        &inputs(0.0, 250.0, 1.0, 10),
+        &inputs(0.0, 240.0, 1.0, 10),
         &ScalingMemory::default(),
         at(0),
     );
     assert_eq!(first.desired, 10);
     assert!(first.explanation.contains("waits"), "{}", first.explanation);
-    let second = decide(&c, &inputs(0.0, 250.0, 1.0, 10), &first.memory, at(299));
+    let second = decide(&c, &inputs(0.0, 240.0, 1.0, 10), &first.memory, at(299));
     assert_eq!(second.desired, 10);
-    let third = decide(&c, &inputs(0.0, 250.0, 1.0, 10), &second.memory, at(300));
+    let third = decide(&c, &inputs(0.0, 240.0, 1.0, 10), &second.memory, at(300));
     assert_eq!(third.desired, 1);
 }
 
@@ -509,4 +511,104 @@ fn the_change_cap_never_holds_a_scale_up_the_deadline_needs() {
         "{}",
         d.explanation
     );
+}
+
+fn partition_samples(backlogs: &[f64]) -> Vec<PartitionSample> {
+    backlogs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| PartitionSample {
+            partition: i.to_string(),
+            backlog: *b,
+        })
+        .collect()
+}
+
+#[test]
+fn a_hot_partition_is_named_and_does_not_drive_the_count() {
+    let mut backlogs = vec![50.0; 12];
+    backlogs[7] = 200_000.0;
+    let total: f64 = backlogs.iter().sum();
+    let mut i = inputs(total, 1000.0, 400.0, 4);
+    i.partition_backlogs = Some(partition_samples(&backlogs));
+    let d = decide(&config(), &i, &ScalingMemory::default(), at(0));
+    let skew = d
+        .conditions
+        .iter()
+        .find(|c| c.type_ == PARTITION_SKEW)
+        .expect("a PartitionSkew condition");
+    assert_eq!(skew.status, Truth::True);
+    assert!(
+        skew.message
+            .starts_with("partition 7 holds 100 % of the backlog"),
+        "{}",
+        skew.message
+    );
+    assert!(
+        d.desired <= 4,
+        "{} replicas for one hot partition",
+        d.desired
+    );
+    // Without the per-partition query the same numbers ask for more.
+    let plain = decide(
+        &config(),
+        &inputs(total, 1000.0, 400.0, 4),
+        &ScalingMemory::default(),
+        at(0),
+    );
+    assert!(
+        plain.desired > d.desired,
+        "{} vs {}",
+        plain.desired,
+        d.desired
+    );
+}
+
+#[test]
+fn capacity_is_measured_only_while_saturated_and_shown_with_its_source() {
+    let mut c = config();
+    c.per_replica_rate = None;
+    c.completion_rate_configured = true;
+    // 5 idle replicas completing what arrives: a lower bound, never a reason for more.
+    let mut idle = inputs(100.0, 500.0, 1.0, 5);
+    idle.completion_rate = Some(value(500.0));
+    let d = decide(&c, &idle, &ScalingMemory::default(), at(0));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Prior));
+    assert_eq!(d.memory.capacity, None);
+    // Saturated: a backlog of many polls, completing 1250/s with 5 ready.
+    let mut busy = inputs(200_000.0, 1000.0, 120.0, 5);
+    busy.completion_rate = Some(value(1250.0));
+    let d = decide(&c, &busy, &d.memory, at(600));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
+    assert_eq!(d.memory.capacity.map(|m| m.per_replica_rate), Some(250.0));
+}
+
+proptest! {
+    /// Whatever the hot partition holds, the count is never above what the same decision
+    /// gives for the other partitions' backlog alone.
+    #[test]
+    fn a_skewed_partition_never_drives_the_count_above_what_the_others_need(
+        hot in 10_000.0..5e6f64,
+        others in proptest::collection::vec(0.0..500.0f64, 11),
+        lambda in 100.0..2500.0f64,
+        age in 0.0..500.0f64,
+        current in 1u32..=12,
+    ) {
+        let mut backlogs = others.clone();
+        backlogs.insert(3, hot);
+        let total: f64 = backlogs.iter().sum();
+        let mut skewed = inputs(total, lambda, age, current);
+        skewed.partition_backlogs = Some(partition_samples(&backlogs));
+        let with_hot = decide(&config(), &skewed, &ScalingMemory::default(), at(0));
+        let rest: f64 = others.iter().sum();
+        let mut spread = others.clone();
+        spread.insert(3, 0.0);
+        let mut alone = inputs(rest, lambda, 0.0, current);
+        alone.partition_backlogs = Some(partition_samples(&spread));
+        let without = decide(&config(), &alone, &ScalingMemory::default(), at(0));
+        prop_assert!(
+            with_hot.desired <= without.desired.max(current.clamp(1, 12)),
+            "{} with the hot partition, {} without", with_hot.desired, without.desired
+        );
+    }
 }

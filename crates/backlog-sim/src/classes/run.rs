@@ -771,6 +771,7 @@ fn poll_scaling(
         current_replicas: world.replicas(),
         ready_replicas: latest.map(|s| s.ready_replicas),
         conflict: None,
+        partition_backlogs: None,
     };
     decide(&model.budget, &inputs, memory, now)
 }

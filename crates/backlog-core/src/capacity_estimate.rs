@@ -1,0 +1,210 @@
+//! What one replica can complete per second, and where that number comes from.
+//!
+//! Completions per ready replica measure capacity only while the consumers are saturated (a
+//! backlog waits and every partition has work): otherwise they measure the arrival rate, and a
+//! budget that took that for capacity would size the workload for its own idleness and never
+//! scale back down. The last saturated measurement is kept with its time; the configured rate
+//! is a prior used until one exists; with neither, the unsaturated rate is only a lower bound.
+
+use jiff::Timestamp;
+
+/// Where the per-replica rate the decision used comes from (`status.capacity.source`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapacitySource {
+    /// `spec.capacity.perReplicaRate`, before any saturated measurement.
+    Configured,
+    /// completionRate / ready replicas while the consumers were saturated.
+    Measured,
+    /// Neither: the completions of consumers that were not saturated, a lower bound only.
+    Prior,
+}
+
+impl CapacitySource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacitySource::Configured => "Configured",
+            CapacitySource::Measured => "Measured",
+            CapacitySource::Prior => "Prior",
+        }
+    }
+}
+
+/// A saturated measurement and when it was taken.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MeasuredCapacity {
+    pub per_replica_rate: f64,
+    pub at: Timestamp,
+}
+
+/// What this poll shows about the consumers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CapacityEvidence {
+    pub configured: Option<f64>,
+    /// Completions per second of the whole group.
+    pub completion_rate: Option<f64>,
+    pub ready_replicas: u32,
+    /// A backlog waits, every partition has work and the rate window saw no change of
+    /// replicas.
+    pub saturated: bool,
+    /// After this many seconds without a saturated poll, a measurement gives way to the
+    /// configured rate again: consumers sized for a slowdown that is over are never saturated,
+    /// so the measurement alone could not see the recovery.
+    pub stale_after_seconds: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CapacityEstimate {
+    pub per_replica_rate: f64,
+    pub source: CapacitySource,
+    /// The measurement to keep (the new one, or the previous one still standing).
+    pub measured: Option<MeasuredCapacity>,
+}
+
+impl CapacityEstimate {
+    /// More replicas cannot be justified by a lower bound.
+    pub fn is_lower_bound(&self) -> bool {
+        self.source == CapacitySource::Prior
+    }
+}
+
+/// The estimate for this poll; `None` when nothing at all is known.
+pub fn estimate(
+    evidence: CapacityEvidence,
+    previous: Option<MeasuredCapacity>,
+    now: Timestamp,
+) -> Option<CapacityEstimate> {
+    let per_ready = match evidence.completion_rate {
+        Some(rate) if rate.is_finite() && rate > 0.0 && evidence.ready_replicas > 0 => {
+            Some(rate / f64::from(evidence.ready_replicas))
+        }
+        _ => None,
+    };
+    let configured = evidence
+        .configured
+        .filter(|rate| rate.is_finite() && *rate > 0.0);
+    let previous = previous.filter(|m| {
+        m.per_replica_rate.is_finite()
+            && m.per_replica_rate > 0.0
+            && (configured.is_none()
+                || super::stabilization::seconds_between(m.at, now) < evidence.stale_after_seconds)
+    });
+    let measured = match (per_ready, previous) {
+        (Some(rate), _) if evidence.saturated => Some(MeasuredCapacity {
+            per_replica_rate: rate,
+            at: now,
+        }),
+        // Unsaturated consumers completing more than the last measurement prove it stale (the
+        // consumer got faster while it had no backlog): it rises to what is proven.
+        (Some(rate), Some(before)) if rate > before.per_replica_rate => Some(MeasuredCapacity {
+            per_replica_rate: rate,
+            at: before.at,
+        }),
+        (_, before) => before,
+    };
+    match (measured, configured, per_ready) {
+        (Some(m), _, _) => Some(CapacityEstimate {
+            per_replica_rate: m.per_replica_rate,
+            source: CapacitySource::Measured,
+            measured: Some(m),
+        }),
+        (None, Some(configured), _) => Some(CapacityEstimate {
+            per_replica_rate: configured,
+            source: CapacitySource::Configured,
+            measured: None,
+        }),
+        (None, _, Some(rate)) => Some(CapacityEstimate {
+            per_replica_rate: rate,
+            source: CapacitySource::Prior,
+            measured: None,
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn evidence(completion: f64, ready: u32, saturated: bool) -> CapacityEvidence {
+        CapacityEvidence {
+            configured: None,
+            completion_rate: Some(completion),
+            ready_replicas: ready,
+            saturated,
+            stale_after_seconds: 1800.0,
+        }
+    }
+
+    #[test]
+    fn an_idle_consumer_is_only_a_lower_bound_until_it_is_saturated() {
+        let idle = estimate(evidence(500.0, 5, false), None, at(0)).expect("estimate");
+        assert_eq!(idle.source, CapacitySource::Prior);
+        assert!(idle.is_lower_bound());
+        let busy = estimate(evidence(1250.0, 5, true), None, at(15)).expect("estimate");
+        assert_eq!(busy.source, CapacitySource::Measured);
+        assert_eq!(busy.per_replica_rate, 250.0);
+        // Idle again: the saturated measurement stands, with its time.
+        let later = estimate(evidence(300.0, 5, false), busy.measured, at(600)).expect("estimate");
+        assert_eq!(later.per_replica_rate, 250.0);
+        assert_eq!(later.measured.map(|m| m.at), Some(at(15)));
+    }
+
+    #[test]
+    fn the_configured_rate_is_a_prior_until_a_measurement_exists() {
+        let mut e = evidence(400.0, 4, false);
+        e.configured = Some(500.0);
+        let prior = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(
+            (prior.source, prior.per_replica_rate),
+            (CapacitySource::Configured, 500.0)
+        );
+        e.saturated = true;
+        e.completion_rate = Some(1000.0);
+        let measured = estimate(e, None, at(15)).expect("estimate");
+        assert_eq!(
+            (measured.source, measured.per_replica_rate),
+            (CapacitySource::Measured, 250.0)
+        );
+    }
+
+    #[test]
+    fn a_stale_measurement_gives_way_to_the_configured_rate() {
+        let mut e = evidence(1000.0, 8, true);
+        e.configured = Some(250.0);
+        let slow = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(slow.per_replica_rate, 125.0);
+        e.saturated = false;
+        let still = estimate(e, slow.measured, at(1799)).expect("estimate");
+        assert_eq!(still.source, CapacitySource::Measured);
+        let stale = estimate(e, still.measured, at(1800)).expect("estimate");
+        assert_eq!(
+            (stale.source, stale.per_replica_rate),
+            (CapacitySource::Configured, 250.0)
+        );
+    }
+
+    #[test]
+    fn nothing_known_is_no_estimate() {
+        assert_eq!(estimate(evidence(0.0, 0, false), None, at(0)), None);
+    }
+
+    proptest! {
+        #[test]
+        fn an_unsaturated_rate_never_lowers_a_measurement(
+            measured in 1.0..1e4f64,
+            completion in 0.0..1e5f64,
+            ready in 1u32..50,
+        ) {
+            let before = MeasuredCapacity { per_replica_rate: measured, at: at(0) };
+            let e = estimate(evidence(completion, ready, false), Some(before), at(60));
+            let e = e.expect("a measurement exists");
+            prop_assert!(e.per_replica_rate >= measured);
+            prop_assert_eq!(e.source, CapacitySource::Measured);
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! A hot partition: one partition holds most of the backlog while the others have almost
+//! none. Its single owner is saturated and more consumers cannot share its work (seed 002
+//! §6.1), so the count is sized for the other partitions and the cause is named instead.
+
+/// One series of `metrics.partitionBacklog`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartitionSample {
+    /// The series' `partition` label (or its position when it has none).
+    pub partition: String,
+    pub backlog: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skew {
+    pub partition: String,
+    /// The hot partition's share of the whole backlog.
+    pub share: f64,
+    /// What the other partitions hold, scaled to the backlog the decision uses.
+    pub others_backlog: f64,
+}
+
+/// Share of the backlog above which one partition is hot.
+const HOT_SHARE: f64 = 0.5;
+
+/// The skew, if one partition holds at least half of the backlog, the backlog is more than
+/// `noise` events (what is merely in flight), and no other partition holds a tenth of the hot
+/// one's. `scaling_backlog` is the backlog the decision works on (paused classes excluded).
+pub fn detect(samples: &[PartitionSample], scaling_backlog: f64, noise: f64) -> Option<Skew> {
+    let valid = samples
+        .iter()
+        .all(|s| s.backlog.is_finite() && s.backlog >= 0.0);
+    if samples.len() < 2 || !valid {
+        return None;
+    }
+    let total: f64 = samples.iter().map(|s| s.backlog).sum();
+    let hot = samples
+        .iter()
+        .max_by(|a, b| a.backlog.total_cmp(&b.backlog))?;
+    if total <= noise.max(0.0) || total <= 0.0 {
+        return None;
+    }
+    let share = hot.backlog / total;
+    let busiest_other = samples
+        .iter()
+        .filter(|s| !std::ptr::eq(*s, hot))
+        .map(|s| s.backlog)
+        .fold(0.0, f64::max);
+    if share < HOT_SHARE || busiest_other * 10.0 > hot.backlog {
+        return None;
+    }
+    let others = total - hot.backlog;
+    Some(Skew {
+        partition: hot.partition.clone(),
+        share,
+        others_backlog: (others / total * scaling_backlog).max(0.0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn samples(backlogs: &[f64]) -> Vec<PartitionSample> {
+        backlogs
+            .iter()
+            .enumerate()
+            .map(|(i, b)| PartitionSample {
+                partition: i.to_string(),
+                backlog: *b,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_partition_with_most_of_the_backlog_is_hot() {
+        let mut backlogs = vec![100.0; 12];
+        backlogs[7] = 50_000.0;
+        let skew = detect(&samples(&backlogs), 51_100.0, 1000.0).expect("skew");
+        assert_eq!(skew.partition, "7");
+        assert!((skew.share - 50_000.0 / 51_100.0).abs() < 1e-9);
+        assert!((skew.others_backlog - 1100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn an_even_backlog_or_a_small_one_is_not() {
+        assert_eq!(detect(&samples(&[5000.0; 12]), 60_000.0, 1000.0), None);
+        assert_eq!(detect(&samples(&[0.0, 0.0, 500.0]), 500.0, 1000.0), None);
+        assert_eq!(
+            detect(&samples(&[40_000.0, 30_000.0, 0.0]), 70_000.0, 1000.0),
+            None
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn the_others_never_hold_more_than_the_backlog(
+            backlogs in proptest::collection::vec(0.0..1e6f64, 2..64),
+            scaling in 0.0..1e7f64,
+        ) {
+            if let Some(skew) = detect(&samples(&backlogs), scaling, 100.0) {
+                prop_assert!(skew.share >= HOT_SHARE);
+                prop_assert!(skew.others_backlog <= scaling * (1.0 - HOT_SHARE) + 1e-6);
+            }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Where the oldest unfinished event's age goes: a fluid FIFO model of the backlog under a
+//! forecast of arrivals and a schedule of completion capacity.
+//!
+//! The events waiting now are taken as spread evenly over their arrival times (from
+//! `oldest_age` ago until now); later arrivals follow the forecast. The head of the queue is
+//! the event at cumulative arrival = completed, so the oldest age at any time follows from the
+//! two cumulative curves. Pure; used by the deadline planner to compare replica counts.
+
+/// The queue at the start of a prediction.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QueueNow {
+    pub backlog: f64,
+    pub oldest_age: f64,
+}
+
+/// What a prediction found over its horizon.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Outlook {
+    /// Highest oldest-unfinished age over the horizon, seconds.
+    pub peak_age: f64,
+    /// When every event waiting now has completed (seconds from now), if within the horizon.
+    pub drained_at: Option<f64>,
+    pub end_backlog: f64,
+    pub end_age: f64,
+}
+
+/// Predicts the queue for `horizon` seconds in steps of `step` seconds; `arrivals(t)` and
+/// `capacity(t)` give events per second at `t` seconds from now.
+pub fn predict(
+    queue: QueueNow,
+    arrivals: impl Fn(f64) -> f64,
+    capacity: impl Fn(f64) -> f64,
+    horizon: f64,
+    step: f64,
+) -> Outlook {
+    let backlog = queue.backlog.max(0.0);
+    let oldest_age = queue.oldest_age.max(0.0);
+    let step = if step.is_finite() && step > 0.0 {
+        step
+    } else {
+        1.0
+    };
+    // Cumulative arrivals after now, at the end of each step.
+    let mut arrived_curve: Vec<(f64, f64)> = Vec::new();
+    let mut cursor = 0;
+    let (mut t, mut arrived, mut completed) = (0.0, 0.0, 0.0);
+    let start_age = if backlog > 0.0 { oldest_age } else { 0.0 };
+    let mut outlook = Outlook {
+        peak_age: start_age,
+        drained_at: (backlog <= 0.0).then_some(0.0),
+        end_backlog: backlog,
+        end_age: start_age,
+    };
+    while t < horizon {
+        let dt = step.min(horizon - t);
+        let middle = t + dt / 2.0;
+        arrived += sanitize(arrivals(middle)) * dt;
+        t += dt;
+        arrived_curve.push((t, arrived));
+        completed = (completed + sanitize(capacity(middle)) * dt).min(backlog + arrived);
+        if outlook.drained_at.is_none() && completed >= backlog * (1.0 - 1e-9) {
+            outlook.drained_at = Some(t);
+        }
+        let waiting = backlog + arrived - completed;
+        let age = if waiting <= 1e-9 * (backlog + arrived).max(1.0) {
+            0.0
+        } else if completed < backlog {
+            t + oldest_age * (1.0 - completed / backlog)
+        } else {
+            t - arrival_time(&arrived_curve, &mut cursor, completed - backlog)
+        };
+        outlook.peak_age = outlook.peak_age.max(age);
+        outlook.end_backlog = waiting.max(0.0);
+        outlook.end_age = age;
+    }
+    outlook
+}
+
+fn sanitize(rate: f64) -> f64 {
+    if rate.is_finite() { rate.max(0.0) } else { 0.0 }
+}
+
+/// When the `position`-th event after now arrived (seconds from now), interpolated within
+/// its step; `cursor` only moves forward because positions only grow.
+fn arrival_time(curve: &[(f64, f64)], cursor: &mut usize, position: f64) -> f64 {
+    while *cursor + 1 < curve.len() && curve[*cursor].1 < position {
+        *cursor += 1;
+    }
+    let (end, at_end) = curve.get(*cursor).copied().unwrap_or((0.0, 0.0));
+    let (start, at_start) = match cursor.checked_sub(1).and_then(|i| curve.get(i)) {
+        Some(previous) => *previous,
+        None => (0.0, 0.0),
+    };
+    if at_end <= at_start {
+        return end;
+    }
+    start + (end - start) * ((position - at_start) / (at_end - at_start)).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn flat(value: f64) -> impl Fn(f64) -> f64 {
+        move |_| value
+    }
+
+    #[test]
+    fn a_queue_that_keeps_up_stays_empty() {
+        let o = predict(
+            QueueNow {
+                backlog: 0.0,
+                oldest_age: 0.0,
+            },
+            flat(100.0),
+            flat(120.0),
+            600.0,
+            5.0,
+        );
+        assert_eq!(o.peak_age, 0.0);
+        assert_eq!(o.drained_at, Some(0.0));
+    }
+
+    #[test]
+    fn a_backlog_drains_at_the_spare_rate_and_its_age_falls() {
+        // 60 000 waiting over the last 60 s, 1000/s arriving, 1500/s completed: the events
+        // waiting now are done after 40 s, the queue is empty after 120 s.
+        let o = predict(
+            QueueNow {
+                backlog: 60_000.0,
+                oldest_age: 60.0,
+            },
+            flat(1000.0),
+            flat(1500.0),
+            600.0,
+            1.0,
+        );
+        assert_eq!(o.drained_at, Some(40.0));
+        assert!((o.peak_age - 60.0).abs() < 1.0, "{o:?}");
+        assert_eq!(o.end_age, 0.0);
+    }
+
+    #[test]
+    fn too_little_capacity_ages_the_head_at_one_minus_mu_over_lambda() {
+        let o = predict(
+            QueueNow {
+                backlog: 0.0,
+                oldest_age: 0.0,
+            },
+            flat(1000.0),
+            flat(750.0),
+            400.0,
+            1.0,
+        );
+        assert!((o.end_age - 100.0).abs() < 2.0, "{o:?}");
+        assert!((o.end_backlog - 100_000.0).abs() < 1.0, "{o:?}");
+    }
+
+    #[test]
+    fn a_pause_ages_every_event() {
+        let o = predict(
+            QueueNow {
+                backlog: 0.0,
+                oldest_age: 0.0,
+            },
+            flat(100.0),
+            |t| if t < 30.0 { 0.0 } else { 1000.0 },
+            120.0,
+            1.0,
+        );
+        assert!((o.peak_age - 30.0).abs() < 1.5, "{o:?}");
+        assert_eq!(o.end_age, 0.0);
+    }
+
+    proptest! {
+        #[test]
+        fn more_capacity_never_ages_the_queue_more(
+            backlog in 0.0..1e6f64,
+            age in 0.0..600.0f64,
+            lambda in 0.0..5000.0f64,
+            mu in 0.0..5000.0f64,
+            extra in 0.0..2000.0f64,
+        ) {
+            let queue = QueueNow { backlog, oldest_age: age };
+            let less = predict(queue, flat(lambda), flat(mu), 900.0, 5.0);
+            let more = predict(queue, flat(lambda), flat(mu + extra), 900.0, 5.0);
+            prop_assert!(more.peak_age <= less.peak_age + 1e-6);
+            prop_assert!(more.end_backlog <= less.end_backlog + 1e-6);
+        }
+
+        #[test]
+        fn the_age_never_exceeds_the_start_age_plus_the_elapsed_time(
+            backlog in 0.0..1e6f64,
+            age in 0.0..600.0f64,
+            lambda in 0.0..5000.0f64,
+            mu in 0.0..5000.0f64,
+        ) {
+            let o = predict(QueueNow { backlog, oldest_age: age }, flat(lambda), flat(mu), 900.0, 5.0);
+            prop_assert!(o.peak_age <= age + 900.0 + 1e-6);
+            prop_assert!(o.end_backlog >= 0.0);
+        }
+    }
+}
