@@ -262,6 +262,7 @@ mod tests {
             quarantine_rate: None,
             partitions: None,
             peak_produce_rate: None,
+            partition_backlogs: None,
             class_backlogs: vec![
                 ("refund".into(), v(40.0)),
                 ("order".into(), v(10.0)),

@@ -68,6 +68,7 @@ fn facts(backlog: f64, rate: f64, replicas: u32, ratio: f64) -> BudgetFacts {
             quarantine_rate: None,
             partitions: None,
             peak_produce_rate: None,
+            partition_backlogs: None,
             class_backlogs: vec![],
         })),
         classes: vec![ClassObservations {
