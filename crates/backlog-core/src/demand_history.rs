@@ -1,51 +1,50 @@
-//! The arrival rate of the recent past, kept in a few buckets (each its highest λ), and the
-//! forecast made from it: the recent past repeats. A load that alternates returns to its peak,
-//! a short spike may come again, a constant load stays constant; a scale-down is judged
-//! against all of that, not against the one poll it happens to be taken in.
+//! The arrival rate of the recent past, kept as runs of about the same λ (each its highest),
+//! and the forecast made from it: the recent past repeats. A load that alternates returns to
+//! its peak, a short spike may come again, a constant load stays constant; a scale-down is
+//! judged against all of that, not against the one poll it happens to be taken in. A steady λ
+//! is one run, so an idle poll changes nothing in status.
 
 use jiff::Timestamp;
 
 use super::stabilization::seconds_between;
 
-/// The highest λ seen in the bucket that starts at `at`.
+/// A run of λ that started at `at`, with its highest value.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DemandSample {
     pub at: Timestamp,
     pub rate: f64,
 }
 
-/// Buckets a history keeps at most (the status stays small whatever the window).
+/// Runs a history keeps at most (the status stays small whatever the load).
 pub const MAX_BUCKETS: usize = 24;
 
-/// Width of one bucket for a window.
-pub fn bucket_seconds(window_seconds: f64, poll_seconds: f64) -> f64 {
-    (window_seconds / MAX_BUCKETS as f64)
-        .max(poll_seconds)
-        .max(1.0)
-}
+/// A λ within this share of its run's highest continues the run.
+const SAME_RUN_SHARE: f64 = 0.1;
 
-/// The history with `rate` observed at `now`: older buckets than the window dropped, the
-/// rate merged into the newest bucket while it is open.
+/// The history with `rate` observed at `now`: runs that ended before the window dropped, the
+/// rate merged into the newest run when it is about the same, or the start of a new one. A
+/// new run is opened at most every `min_run_seconds`, so the history covers the window.
 pub fn record(
     history: &[DemandSample],
     rate: f64,
     now: Timestamp,
     window_seconds: f64,
-    bucket_seconds: f64,
+    min_run_seconds: f64,
 ) -> Vec<DemandSample> {
-    let mut kept: Vec<DemandSample> = history
-        .iter()
-        .copied()
-        .filter(|s| {
-            let age = seconds_between(s.at, now);
-            (0.0..window_seconds).contains(&age) && s.rate.is_finite() && s.rate >= 0.0
-        })
-        .collect();
+    let valid = |s: &DemandSample| s.rate.is_finite() && s.rate >= 0.0 && s.at <= now;
+    let mut kept: Vec<DemandSample> = history.iter().copied().filter(valid).collect();
+    // A run ends where the next begins; the newest is still open.
+    while kept.len() > 1 && seconds_between(kept[1].at, now) >= window_seconds {
+        kept.remove(0);
+    }
     if !(rate.is_finite() && rate >= 0.0) {
         return kept;
     }
     match kept.last_mut() {
-        Some(last) if seconds_between(last.at, now) < bucket_seconds => {
+        Some(last)
+            if (rate - last.rate).abs() <= SAME_RUN_SHARE * last.rate.max(rate)
+                || seconds_between(last.at, now) < min_run_seconds =>
+        {
             last.rate = last.rate.max(rate);
         }
         _ => kept.push(DemandSample { at: now, rate }),
@@ -56,27 +55,41 @@ pub fn record(
     kept
 }
 
-/// λ over the next seconds if the recent past repeats: `rate_at(t)` for t seconds from now.
+/// Shortest run for a window: the window in at most `MAX_BUCKETS` runs.
+pub fn bucket_seconds(window_seconds: f64, poll_seconds: f64) -> f64 {
+    (window_seconds / MAX_BUCKETS as f64)
+        .max(poll_seconds)
+        .max(1.0)
+}
+
+/// λ over the next seconds if the recent past (at most `window` long) repeats: `rate_at(t)`
+/// for t seconds from now.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Replay {
-    /// (seconds after the history's start, λ), ascending.
+    /// (seconds after the replayed span's start, λ), ascending.
     steps: Vec<(f64, f64)>,
     span: f64,
 }
 
 impl Replay {
-    pub fn new(history: &[DemandSample], now: Timestamp, bucket_seconds: f64) -> Self {
+    pub fn new(
+        history: &[DemandSample],
+        now: Timestamp,
+        window_seconds: f64,
+        poll_seconds: f64,
+    ) -> Self {
         let Some(first) = history.first() else {
             return Self {
                 steps: Vec::new(),
                 span: 0.0,
             };
         };
+        let start = seconds_between(first.at, now).min(window_seconds).max(0.0);
         let steps: Vec<(f64, f64)> = history
             .iter()
-            .map(|s| (seconds_between(first.at, s.at).max(0.0), s.rate))
+            .map(|s| ((start - seconds_between(s.at, now)).max(0.0), s.rate))
             .collect();
-        let span = (seconds_between(first.at, now) + bucket_seconds).max(bucket_seconds);
+        let span = start.max(poll_seconds).max(1.0);
         Self { steps, span }
     }
 
@@ -85,9 +98,6 @@ impl Replay {
     }
 
     pub fn rate_at(&self, t: f64) -> f64 {
-        if self.steps.is_empty() {
-            return 0.0;
-        }
         let offset = t.max(0.0) % self.span;
         self.steps
             .iter()
@@ -99,15 +109,24 @@ impl Replay {
 
     /// The time-weighted mean λ of one repetition.
     pub fn mean(&self) -> f64 {
-        if self.steps.is_empty() || self.span <= 0.0 {
+        if self.steps.is_empty() {
             return 0.0;
         }
         let mut total = 0.0;
         for (i, (start, rate)) in self.steps.iter().enumerate() {
-            let end = self.steps.get(i + 1).map_or(self.span, |next| next.0);
+            let end = self
+                .steps
+                .get(i + 1)
+                .map_or(self.span, |next| next.0)
+                .min(self.span);
             total += rate * (end - start).max(0.0);
         }
-        total / self.span
+        let covered = self.span - self.steps[0].0;
+        if covered > 0.0 {
+            total / covered
+        } else {
+            self.steps.last().map_or(0.0, |(_, rate)| *rate)
+        }
     }
 
     pub fn peak(&self) -> f64 {
@@ -125,16 +144,23 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_keeps_its_highest_rate_and_old_buckets_leave() {
+    fn a_steady_rate_is_one_run_and_a_change_starts_another() {
         let mut history = Vec::new();
-        for (second, rate) in [(0, 100.0), (15, 300.0), (30, 200.0), (60, 50.0)] {
-            history = record(&history, rate, at(second), 90.0, 30.0);
+        for (second, rate) in [
+            (0, 1000.0),
+            (15, 1040.0),
+            (30, 990.0),
+            (45, 2000.0),
+            (60, 500.0),
+        ] {
+            history = record(&history, rate, at(second), 360.0, 15.0);
         }
         let rates: Vec<f64> = history.iter().map(|s| s.rate).collect();
-        assert_eq!(rates, vec![300.0, 200.0, 50.0]);
-        history = record(&history, 10.0, at(130), 90.0, 30.0);
+        assert_eq!(rates, vec![1040.0, 2000.0, 500.0]);
+        // A run that ended more than a window ago leaves.
+        history = record(&history, 500.0, at(410), 360.0, 15.0);
         let rates: Vec<f64> = history.iter().map(|s| s.rate).collect();
-        assert_eq!(rates, vec![50.0, 10.0]);
+        assert_eq!(rates, vec![2000.0, 500.0]);
     }
 
     #[test]
@@ -149,12 +175,16 @@ mod tests {
                 rate: 500.0,
             },
         ];
-        let replay = Replay::new(&history, at(330), 30.0);
+        let replay = Replay::new(&history, at(360), 360.0, 15.0);
         assert_eq!(replay.rate_at(10.0), 2000.0);
         assert_eq!(replay.rate_at(200.0), 500.0);
         assert_eq!(replay.rate_at(370.0), 2000.0);
         assert!((replay.mean() - 1250.0).abs() < 1e-9);
         assert_eq!(replay.peak(), 2000.0);
+        // An old first run is replayed only for the window's length.
+        let replay = Replay::new(&history, at(900), 360.0, 15.0);
+        assert_eq!(replay.rate_at(10.0), 500.0);
+        assert!((replay.mean() - 500.0).abs() < 1e-9);
     }
 
     proptest! {
@@ -166,7 +196,7 @@ mod tests {
                 prop_assert!(history.len() <= MAX_BUCKETS);
                 prop_assert!(history.windows(2).all(|w| w[0].at < w[1].at));
             }
-            let replay = Replay::new(&history, at(15 * rates.len() as i64), 30.0);
+            let replay = Replay::new(&history, at(15 * rates.len() as i64), 720.0, 15.0);
             prop_assert!(replay.mean() <= replay.peak() + 1e-9);
         }
     }

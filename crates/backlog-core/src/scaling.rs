@@ -485,7 +485,7 @@ fn scale(
     let window = demand_window_seconds(config);
     let bucket = demand_history::bucket_seconds(window, config.poll_interval_seconds);
     let demand = demand_history::record(&memory.demand, lambda, now, window, bucket);
-    let recent = Replay::new(&demand, now, bucket);
+    let recent = Replay::new(&demand, now, window, config.poll_interval_seconds);
 
     // A hot partition's backlog is one consumer's work whatever the count: the count is what
     // the other partitions need. A backlog below a second of arrivals is in flight, not skew.

@@ -17,8 +17,8 @@ fn recent(rates: &[f64]) -> (Replay, Timestamp) {
             rate: *rate,
         })
         .collect();
-    let now = at(30 * rates.len() as i64 - 15);
-    (Replay::new(&history, now, 30.0), now)
+    let now = at(30 * rates.len() as i64);
+    (Replay::new(&history, now, 30.0 * rates.len() as f64, 15.0), now)
 }
 
 fn settings() -> PlanSettings {

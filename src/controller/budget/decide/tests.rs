@@ -147,11 +147,11 @@ impl World {
 #[test]
 fn a_first_poll_scales_then_records_then_announces_then_publishes_the_document() {
     let budget = budget();
-    // 1000/s needs 10 replicas of 100/s, which own 2 of the 12 partitions each, as 6 do; 2
-    // run.
+    // 550/s needs 6 replicas of 100/s, each owning 2 of the 12 partitions (5 would leave
+    // one owning 3); 2 run.
     let plan = decide(
         &BudgetSettings::of(&budget),
-        &facts(0.0, 1000.0, 2, 0.0),
+        &facts(0.0, 550.0, 2, 0.0),
         &BacklogBudgetStatus::default(),
         at(100),
     );
@@ -232,8 +232,8 @@ fn a_peak_the_partitions_cannot_carry_is_a_capacity_plan_problem_while_healthy()
 fn nothing_new_is_no_step() {
     let budget = budget();
     let mut world = World::default();
-    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.0), 0, 3);
-    let plan = world.poll(&budget, facts(0.0, 1000.0, 6, 0.0), 4);
+    world.settle(&budget, || facts(0.0, 550.0, 6, 0.0), 0, 3);
+    let plan = world.poll(&budget, facts(0.0, 550.0, 6, 0.0), 4);
     assert_eq!(shape(&plan), Vec::<String>::new());
 }
 
@@ -241,10 +241,10 @@ fn nothing_new_is_no_step() {
 fn a_class_pausing_is_recorded_announced_and_published_in_that_order() {
     let budget = budget();
     let mut world = World::default();
-    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.0), 0, 3);
+    world.settle(&budget, || facts(0.0, 550.0, 6, 0.0), 0, 3);
     // The class fails from t=4 on; `for` is 2s, so it pauses at t=6.
-    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.9), 4, 5);
-    let plan = world.poll(&budget, facts(0.0, 1000.0, 6, 0.9), 6);
+    world.settle(&budget, || facts(0.0, 550.0, 6, 0.9), 4, 5);
+    let plan = world.poll(&budget, facts(0.0, 550.0, 6, 0.9), 6);
     assert_eq!(
         shape(&plan),
         ["WriteStatus", "Event ClassPaused", "WriteDocument"]
@@ -281,7 +281,7 @@ fn a_failed_scale_writes_and_announces_nothing() {
     let budget = budget();
     let plan = decide(
         &BudgetSettings::of(&budget),
-        &facts(0.0, 1000.0, 2, 0.0),
+        &facts(0.0, 550.0, 2, 0.0),
         &BacklogBudgetStatus::default(),
         at(100),
     );
@@ -293,7 +293,7 @@ fn a_failed_status_write_announces_nothing_and_publishes_no_document() {
     let budget = budget();
     let plan = decide(
         &BudgetSettings::of(&budget),
-        &facts(0.0, 1000.0, 2, 0.0),
+        &facts(0.0, 550.0, 2, 0.0),
         &BacklogBudgetStatus::default(),
         at(100),
     );
@@ -312,11 +312,11 @@ fn a_failed_document_write_loses_no_class_event() {
     let budget = budget();
     let settings = BudgetSettings::of(&budget);
     let mut world = World::default();
-    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.0), 0, 3);
-    world.settle(&budget, || facts(0.0, 1000.0, 6, 0.9), 4, 5);
+    world.settle(&budget, || facts(0.0, 550.0, 6, 0.0), 0, 3);
+    world.settle(&budget, || facts(0.0, 550.0, 6, 0.9), 4, 5);
     let plan = decide(
         &settings,
-        &world.facts(facts(0.0, 1000.0, 6, 0.9)),
+        &world.facts(facts(0.0, 550.0, 6, 0.9)),
         &world.status,
         at(6),
     );
@@ -329,7 +329,7 @@ fn a_failed_document_write_loses_no_class_event() {
     // The retry, from the written status and the old document: the document again, no second
     // Event.
     world.status = plan.status.clone();
-    let retry = shape(&world.poll(&budget, facts(0.0, 1000.0, 6, 0.9), 7));
+    let retry = shape(&world.poll(&budget, facts(0.0, 550.0, 6, 0.9), 7));
     assert_eq!(retry.last().map(String::as_str), Some("WriteDocument"));
     assert!(
         !retry.iter().any(|step| step.starts_with("Event")),
@@ -378,7 +378,7 @@ fn an_unusable_spec_or_target_only_says_why() {
 #[test]
 fn another_autoscaler_is_a_conflict_and_nothing_is_scaled() {
     let budget = budget();
-    let BudgetFacts::Observed(mut observed) = facts(0.0, 1000.0, 2, 0.0) else {
+    let BudgetFacts::Observed(mut observed) = facts(0.0, 550.0, 2, 0.0) else {
         unreachable!()
     };
     observed.scaling = ScalingFacts::OwnedElsewhere("HorizontalPodAutoscaler keda".into());
