@@ -550,11 +550,15 @@ pub struct CapacityStatus {
     pub source: CapacitySourceName,
     /// Events per second one replica completes, as used.
     pub per_replica_rate: f64,
-    /// The last measurement taken while the consumers were saturated.
+    /// The last measurement taken while the consumers were saturated or, without one, the
+    /// highest completions per ready replica seen (`measuredLowerBound`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_per_replica_rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_at: Option<Time>,
+    /// The measurement is of consumers that were not saturated: they can do at least this.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub measured_lower_bound: bool,
 }
 
 /// The highest λ seen in one bucket of time.

@@ -29,11 +29,13 @@ impl CapacitySource {
     }
 }
 
-/// A saturated measurement and when it was taken.
+/// A measurement and when it was taken: exact when the consumers were saturated, otherwise
+/// the highest completions per ready replica seen, a lower bound of their capacity.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MeasuredCapacity {
     pub per_replica_rate: f64,
     pub at: Timestamp,
+    pub lower_bound: bool,
 }
 
 /// What this poll shows about the consumers.
@@ -82,42 +84,59 @@ pub fn estimate(
     let configured = evidence
         .configured
         .filter(|rate| rate.is_finite() && *rate > 0.0);
-    let previous = previous.filter(|m| {
-        m.per_replica_rate.is_finite()
-            && m.per_replica_rate > 0.0
+    let usable = |m: &MeasuredCapacity| m.per_replica_rate.is_finite() && m.per_replica_rate > 0.0;
+    let previous = previous.filter(usable);
+    // A saturated measurement stands until it is stale, and only where a configured prior can
+    // take over; a lower bound stands until an exact measurement replaces it.
+    let previous_exact = previous.filter(|m| {
+        !m.lower_bound
             && (configured.is_none()
                 || super::stabilization::seconds_between(m.at, now) < evidence.stale_after_seconds)
     });
-    let measured = match (per_ready, previous) {
+    let previous_bound = previous.filter(|m| m.lower_bound);
+    let exact = match (per_ready, previous_exact) {
         (Some(rate), _) if evidence.saturated => Some(MeasuredCapacity {
             per_replica_rate: rate,
             at: now,
+            lower_bound: false,
         }),
         // Unsaturated consumers completing more than the last measurement prove it stale (the
         // consumer got faster while it had no backlog): it rises to what is proven.
         (Some(rate), Some(before)) if rate > before.per_replica_rate => Some(MeasuredCapacity {
             per_replica_rate: rate,
-            at: before.at,
+            ..before
         }),
         (_, before) => before,
     };
-    match (measured, configured, per_ready) {
-        (Some(m), _, _) => Some(CapacityEstimate {
+    if let Some(m) = exact {
+        return Some(CapacityEstimate {
             per_replica_rate: m.per_replica_rate,
             source: CapacitySource::Measured,
             measured: Some(m),
-        }),
-        (None, Some(configured), _) => Some(CapacityEstimate {
-            per_replica_rate: configured,
-            source: CapacitySource::Configured,
-            measured: None,
-        }),
-        (None, _, Some(rate)) => Some(CapacityEstimate {
+        });
+    }
+    // Whatever idle consumers once completed per replica, they can still complete.
+    let bound = match (per_ready, previous_bound) {
+        (Some(rate), Some(before)) if before.per_replica_rate >= rate => Some(before),
+        (Some(rate), _) => Some(MeasuredCapacity {
             per_replica_rate: rate,
-            source: CapacitySource::Prior,
-            measured: None,
+            at: now,
+            lower_bound: true,
         }),
-        _ => None,
+        (None, before) => before,
+    };
+    match (configured, bound) {
+        (Some(configured), bound) => Some(CapacityEstimate {
+            per_replica_rate: configured.max(bound.map_or(0.0, |b| b.per_replica_rate)),
+            source: CapacitySource::Configured,
+            measured: bound,
+        }),
+        (None, Some(bound)) => Some(CapacityEstimate {
+            per_replica_rate: bound.per_replica_rate,
+            source: CapacitySource::Prior,
+            measured: Some(bound),
+        }),
+        (None, None) => None,
     }
 }
 
@@ -189,6 +208,23 @@ mod tests {
     }
 
     #[test]
+    fn a_lower_bound_is_the_highest_ever_seen_until_a_measurement() {
+        let busy = estimate(evidence(400.0, 2, false), None, at(0)).expect("estimate");
+        assert_eq!(
+            (busy.source, busy.per_replica_rate),
+            (CapacitySource::Prior, 200.0)
+        );
+        // Eight idle replicas complete 50/s each: the consumers can still do 200/s.
+        let idle = estimate(evidence(400.0, 8, false), busy.measured, at(60)).expect("estimate");
+        assert_eq!(idle.per_replica_rate, 200.0);
+        let exact = estimate(evidence(2000.0, 8, true), idle.measured, at(120)).expect("estimate");
+        assert_eq!(
+            (exact.source, exact.per_replica_rate),
+            (CapacitySource::Measured, 250.0)
+        );
+    }
+
+    #[test]
     fn nothing_known_is_no_estimate() {
         assert_eq!(estimate(evidence(0.0, 0, false), None, at(0)), None);
     }
@@ -200,7 +236,7 @@ mod tests {
             completion in 0.0..1e5f64,
             ready in 1u32..50,
         ) {
-            let before = MeasuredCapacity { per_replica_rate: measured, at: at(0) };
+            let before = MeasuredCapacity { per_replica_rate: measured, at: at(0), lower_bound: false };
             let e = estimate(evidence(completion, ready, false), Some(before), at(60));
             let e = e.expect("a measurement exists");
             prop_assert!(e.per_replica_rate >= measured);

@@ -78,8 +78,6 @@ const HOLD_AGE_SHARE: f64 = 0.9;
 /// Share of the age limit a lower count must stay under to be entered: the gap to
 /// `HOLD_AGE_SHARE` is the hysteresis between scaling down and holding.
 const DOWN_AGE_SHARE: f64 = 0.7;
-/// A lower count must complete this much more than the recent mean λ.
-const DOWN_CAPACITY_MARGIN: f64 = 1.02;
 
 pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     let planner = Planner { inputs, settings };
@@ -87,21 +85,21 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     let now_lambda = |_: f64| inputs.produce_rate;
     let hold_limit = HOLD_AGE_SHARE * settings.age_limit;
 
-    // A count that does not complete the recent mean λ falls further behind with every
-    // repetition: it is never held, however slowly its backlog grows.
     let mean = if inputs.recent.is_empty() {
         inputs.produce_rate
     } else {
         inputs.recent.mean()
     };
-    let holds = planner.capacity(current) >= mean
-        && planner.keeps(current, &now_lambda, hold_limit, true)
+    // A count that falls behind is held while the deadline has room: a slowdown or a peak may
+    // be over before it matters. It is never entered by a scale-down, so holding it ends in
+    // one scale-up at most, not in a cycle.
+    let holds = planner.keeps(current, &now_lambda, hold_limit, true)
         && planner.keeps(current, &|t| planner.repeated(t), hold_limit, false);
     if holds {
         let down_limit = DOWN_AGE_SHARE * settings.age_limit;
         let mean = mean.max(inputs.produce_rate);
         let lower_ok = |k: u32| {
-            planner.capacity(k) >= mean * DOWN_CAPACITY_MARGIN
+            planner.capacity(k) >= mean
                 && planner.keeps(k, &now_lambda, down_limit, true)
                 && planner.keeps(k, &|t| planner.repeated(t), down_limit, false)
                 && planner.saving(current, k) > 0.0

@@ -359,7 +359,7 @@ fn gather(
             completion_rate,
             ready_replicas: ready,
             saturated,
-            stale_after_seconds: 4.0 * config.scale_down_stabilization_seconds.max(300.0),
+            stale_after_seconds: 2.0 * config.scale_down_stabilization_seconds.max(300.0),
         },
         memory.capacity,
         now,
@@ -550,9 +550,10 @@ fn scale(
     // Even when λ now exceeds what the cap completes, the count is the plan's: a spike above
     // the cap is absorbed by the time budget when the recent past says it is one.
     let mut recommendation = planned.replicas;
-    if values.capacity_is_lower_bound {
-        // An idle consumer's completions say nothing about more load; do not add replicas on it.
-        recommendation = recommendation.min(bounded);
+    if skew.is_some() {
+        // The hot partition neither drives the count up nor takes replicas away: with fewer
+        // consumers its owner would own more partitions again.
+        recommendation = recommendation.max(bounded);
     }
     let limited_by_partitions = raw > u64::from(cap) && partition_bound;
 

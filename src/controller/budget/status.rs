@@ -58,6 +58,7 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
             Some(MeasuredCapacity {
                 per_replica_rate: c.measured_per_replica_rate?,
                 at: c.measured_at.as_ref()?.0,
+                lower_bound: c.measured_lower_bound,
             })
         }),
         pods_pending_since: status.pods_pending_since.as_ref().map(|t| t.0),
@@ -131,6 +132,7 @@ pub fn after_decision(
                 per_replica_rate: rate,
                 measured_per_replica_rate: decision.memory.capacity.map(|m| m.per_replica_rate),
                 measured_at: decision.memory.capacity.map(|m| Time(m.at)),
+                measured_lower_bound: decision.memory.capacity.is_some_and(|m| m.lower_bound),
             }),
             _ => previous.capacity.clone(),
         },

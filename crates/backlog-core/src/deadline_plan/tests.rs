@@ -18,7 +18,10 @@ fn recent(rates: &[f64]) -> (Replay, Timestamp) {
         })
         .collect();
     let now = at(30 * rates.len() as i64);
-    (Replay::new(&history, now, 30.0 * rates.len() as f64, 15.0), now)
+    (
+        Replay::new(&history, now, 30.0 * rates.len() as f64, 15.0),
+        now,
+    )
 }
 
 fn settings() -> PlanSettings {
