@@ -1,20 +1,84 @@
 //! Benchmark report for BacklogBudget scaling, run with `cargo bench --bench policies`:
-//! every scenario under every policy, a sweep of the baseline's lagThreshold (its whole
-//! trade-off curve next to our point), the slow-consumer drain prediction against what
-//! happened, and the wall time of simulating 24 hours at 1 s steps.
+//! every scenario under every policy next to the static and the hindsight-optimal (oracle)
+//! references, one acceptance line per scenario, a sweep of the baseline's lagThreshold (its
+//! whole trade-off curve next to our point), the slow-consumer drain prediction against what
+//! happened, and the wall time of simulating 24 hours at 1 s steps and of planning the oracle.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use backlog_operator::core::format::seconds;
 use backlog_operator::sim::policy::PolicyKind;
-use backlog_operator::sim::run::simulate;
+use backlog_operator::sim::run::{Summary, simulate};
 use backlog_operator::sim::scenario::{Model, Scenario};
 
 fn load(path: &Path) -> Model {
     Scenario::load(path)
         .and_then(|s| s.model())
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The policies of the per-scenario table, in row order.
+const ROWS: [PolicyKind; 5] = [
+    PolicyKind::Budget,
+    PolicyKind::Static,
+    PolicyKind::Oracle,
+    PolicyKind::LagThreshold,
+    PolicyKind::Max,
+];
+
+/// How far above the oracle's replica-seconds the budget may land.
+const ORACLE_SLACK: f64 = 1.3;
+
+fn mark(passed: bool) -> &'static str {
+    if passed { "✓" } else { "✗" }
+}
+
+/// One line of what the budget must achieve on a scenario, so a failure shows.
+fn verdict(
+    scenario: &str,
+    budget: &Summary,
+    reference: &Summary,
+    oracle: &Summary,
+    keda: &Summary,
+    max: &Summary,
+) -> String {
+    let keeps_deadline = max.breach_seconds > 0.0 || budget.breach_seconds == 0.0;
+    format!(
+        "- {scenario}: budget ≤ static {} · budget ≤ {ORACLE_SLACK} × oracle {} ({:.2}×) · \
+         budget events ≤ lag-threshold events {} ({} vs {}) · zero breach where max has zero {}{}",
+        mark(budget.replica_seconds <= reference.replica_seconds),
+        mark(budget.replica_seconds <= ORACLE_SLACK * oracle.replica_seconds),
+        budget.replica_seconds / oracle.replica_seconds,
+        mark(budget.scale_events <= keda.scale_events),
+        budget.scale_events,
+        keda.scale_events,
+        mark(keeps_deadline),
+        if max.breach_seconds > 0.0 {
+            " (max breaches)"
+        } else {
+            ""
+        },
+    )
+}
+
+/// Median, min and max wall time of `runs` calls.
+fn wall_time(runs: usize, mut call: impl FnMut()) -> String {
+    let mut samples: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            call();
+            started.elapsed()
+        })
+        .collect();
+    samples.sort();
+    format!(
+        "median {:?}, min {:?}, max {:?} over {} runs",
+        samples[samples.len() / 2],
+        samples[0],
+        samples[samples.len() - 1],
+        samples.len()
+    )
 }
 
 fn main() {
@@ -28,33 +92,32 @@ fn main() {
 
     println!("## Policies per scenario\n");
     println!(
-        "| scenario | policy | breach s | max oldest age | replica-s | vs static | vs lag-threshold | scale events | drained after peak | p99 latency |"
+        "| scenario | policy | breach s | max oldest age | replica-s | vs static | vs oracle | scale events | p99 latency |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut verdicts = Vec::new();
     for model in &models {
-        let keda = simulate(model, PolicyKind::LagThreshold).summary;
-        let reference = simulate(model, PolicyKind::Static).summary;
-        for kind in [
-            PolicyKind::Budget,
-            PolicyKind::Static,
-            PolicyKind::LagThreshold,
-            PolicyKind::Max,
-        ] {
-            let s = simulate(model, kind).summary;
+        let summaries = ROWS.map(|kind| simulate(model, kind).summary);
+        let [budget, reference, oracle, keda, max] = &summaries;
+        for (kind, s) in ROWS.iter().zip(&summaries) {
             println!(
-                "| {} | {} | {:.0} | {} | {:.0} | {:.3} | {:.3} | {} | {} | {} |",
+                "| {} | {} | {:.0} | {} | {:.0} | {:.3} | {:.3} | {} | {} |",
                 model.name,
                 kind.name(),
                 s.breach_seconds,
                 seconds(s.max_oldest_age_seconds),
                 s.replica_seconds,
                 s.replica_seconds / reference.replica_seconds,
-                s.replica_seconds / keda.replica_seconds,
+                s.replica_seconds / oracle.replica_seconds,
                 s.scale_events,
-                s.drain_seconds.map_or("never".into(), seconds),
                 s.latency_p99_seconds.map_or("-".into(), seconds),
             );
         }
+        verdicts.push(verdict(&model.name, budget, reference, oracle, keda, max));
+    }
+    println!("\n## Acceptance per scenario\n");
+    for line in verdicts {
+        println!("{line}");
     }
 
     println!(
@@ -110,20 +173,18 @@ fn main() {
             seconds(day.duration),
             day.duration / day.step
         );
-        let mut samples: Vec<Duration> = (0..7)
-            .map(|_| {
-                let started = Instant::now();
-                std::hint::black_box(simulate(day, PolicyKind::Budget));
-                started.elapsed()
-            })
-            .collect();
-        samples.sort();
         println!(
-            "median {:?}, min {:?}, max {:?} over {} runs",
-            samples[samples.len() / 2],
-            samples[0],
-            samples[samples.len() - 1],
-            samples.len()
+            "budget: {}",
+            wall_time(7, || {
+                std::hint::black_box(simulate(day, PolicyKind::Budget));
+            })
+        );
+        // Planning, the verifying run and the check against a constant count, together.
+        println!(
+            "oracle: {}",
+            wall_time(5, || {
+                std::hint::black_box(simulate(day, PolicyKind::Oracle));
+            })
         );
     }
 }

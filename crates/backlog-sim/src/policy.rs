@@ -1,6 +1,7 @@
 //! Scaling policies the simulator compares: ours (`budget`), KEDA's Kafka lag-threshold
 //! behaviour under an HPA (`lag-threshold`), always-the-cap (`max`), and the reference a
-//! budget must beat, the cheapest constant count that keeps the deadline (`static`).
+//! budget must beat, the cheapest constant count that keeps the deadline (`static`), and the
+//! hindsight-optimal schedule no policy can beat (`oracle`).
 
 use std::collections::VecDeque;
 
@@ -9,6 +10,7 @@ use jiff::Timestamp;
 use super::scenario::Model;
 use super::scrapes::ScrapeHistory;
 use backlog_core::metric_input::Observation;
+use backlog_core::partition_skew::PartitionSample;
 use backlog_core::scaling::{ScalingInputs, ScalingMemory, decide};
 
 /// Which policy to simulate.
@@ -21,6 +23,9 @@ pub enum PolicyKind {
     /// The smallest constant replica count (at least minReplicas) with zero breach, found by
     /// search over whole runs; the cap when none has zero breach.
     Static,
+    /// The cheapest schedule with zero breach, planned knowing the whole workload in advance
+    /// and verified by a run; the static count when no plan verifies.
+    Oracle,
 }
 
 impl PolicyKind {
@@ -30,6 +35,7 @@ impl PolicyKind {
             PolicyKind::LagThreshold => "lag-threshold",
             PolicyKind::Max => "max",
             PolicyKind::Static => "static",
+            PolicyKind::Oracle => "oracle",
         }
     }
 }
@@ -59,6 +65,9 @@ pub trait Policy {
     fn decide(&mut self, view: &View<'_>) -> Outcome;
 }
 
+/// The policy of `kind`. Static and the oracle are schedules chosen before the run (see
+/// `run::simulate`); built here they hold the model's starting count, which is how the static
+/// search probes one count.
 pub fn build(kind: PolicyKind, model: &Model) -> Box<dyn Policy + '_> {
     match kind {
         PolicyKind::Budget => Box::new(BudgetPolicy {
@@ -67,7 +76,7 @@ pub fn build(kind: PolicyKind, model: &Model) -> Box<dyn Policy + '_> {
         }),
         PolicyKind::LagThreshold => Box::new(LagThresholdPolicy::new(model, model.lag_threshold)),
         PolicyKind::Max => Box::new(MaxPolicy { model }),
-        PolicyKind::Static => Box::new(ConstantPolicy {
+        PolicyKind::Static | PolicyKind::Oracle => Box::new(ConstantPolicy {
             model,
             replicas: model.initial_replicas,
         }),
@@ -123,7 +132,17 @@ impl Policy for BudgetPolicy<'_> {
             current_replicas: view.replicas,
             ready_replicas: latest.map(|s| s.ready_replicas),
             conflict: None,
-            partition_backlogs: None,
+            // The simulator measures everything, metrics.partitionBacklog included.
+            partition_backlogs: latest.map(|s| {
+                s.partition_backlogs
+                    .iter()
+                    .enumerate()
+                    .map(|(partition, backlog)| PartitionSample {
+                        partition: partition.to_string(),
+                        backlog: *backlog,
+                    })
+                    .collect()
+            }),
         };
         let now = Timestamp::from_millisecond((view.now * 1000.0) as i64)
             .unwrap_or(Timestamp::UNIX_EPOCH);

@@ -2,9 +2,11 @@
 
 use serde::Serialize;
 
-use super::policy::{PolicyKind, View, build};
+use super::oracle;
+use super::policy::{Policy, PolicyKind, View, build};
 use super::scenario::Model;
 use super::scrapes::{Scrape, ScrapeHistory};
+use super::static_reference;
 use super::workload::Workload;
 
 /// One row of the timeline (every scrape interval).
@@ -68,49 +70,26 @@ const DRAINED_ARRIVAL_SECONDS: f64 = 30.0;
 
 pub fn simulate(model: &Model, kind: PolicyKind) -> SimulationResult {
     match kind {
-        PolicyKind::Static => simulate_static(model),
+        PolicyKind::Static => static_reference::simulate_static(model),
+        PolicyKind::Oracle => oracle::simulate_oracle(model),
         _ => run(model, kind, false),
     }
 }
 
-/// The cheapest constant count that keeps the deadline, started with that count ready: a
-/// binary search between minReplicas and the cap (more consumers of a constant count never
-/// breach more), each probe stopped at its first breach. The cap, with its breach, when no
-/// count has zero.
-fn simulate_static(model: &Model) -> SimulationResult {
-    let cap = model.budget.max_replicas.min(model.partitions).max(1);
-    let constant = |replicas: u32| {
-        let mut constant = model.clone();
-        constant.initial_replicas = replicas;
-        constant
-    };
-    let keeps_deadline = |replicas: u32| {
-        run(&constant(replicas), PolicyKind::Static, true)
-            .summary
-            .breach_seconds
-            == 0.0
-    };
-    let (mut low, mut high) = (model.budget.min_replicas.clamp(1, cap), cap);
-    if !keeps_deadline(high) {
-        return run(&constant(cap), PolicyKind::Static, false);
-    }
-    // Invariant: `high` keeps the deadline; every count below `low` does not.
-    while low < high {
-        let middle = low + (high - low) / 2;
-        if keeps_deadline(middle) {
-            high = middle;
-        } else {
-            low = middle + 1;
-        }
-    }
-    run(&constant(high), PolicyKind::Static, false)
-}
-
 /// One run; with `stop_at_breach` it ends at the first second of breach (a search only needs
 /// to know whether there is one).
-fn run(model: &Model, kind: PolicyKind, stop_at_breach: bool) -> SimulationResult {
+pub(crate) fn run(model: &Model, kind: PolicyKind, stop_at_breach: bool) -> SimulationResult {
+    run_policy(model, kind, build(kind, model), stop_at_breach)
+}
+
+/// One run under a policy the caller built (the oracle replays a schedule of its own).
+pub(crate) fn run_policy(
+    model: &Model,
+    kind: PolicyKind,
+    mut policy: Box<dyn Policy + '_>,
+    stop_at_breach: bool,
+) -> SimulationResult {
     let mut workload = Workload::new(model);
-    let mut policy = build(kind, model);
     let mut scrapes = ScrapeHistory::new(model.rate_window);
     let mut timeline = Vec::new();
     let deadline = model.budget.deadline_seconds;
@@ -136,8 +115,8 @@ fn run(model: &Model, kind: PolicyKind, stop_at_breach: bool) -> SimulationResul
                 produced_total: workload.produced_total,
                 completed_total: workload.completed_total,
                 ready_replicas: workload.ready_replicas(),
+                partition_backlogs: workload.partition_backlogs(),
             };
-            scrapes.record(scrape);
             timeline.push(TimelineRow {
                 t: now,
                 lambda: model.production_rate(now),
@@ -150,6 +129,7 @@ fn run(model: &Model, kind: PolicyKind, stop_at_breach: bool) -> SimulationResul
                 label: label.clone(),
                 predicted_drain_seconds,
             });
+            scrapes.record(scrape);
             next_scrape += model.scrape_interval;
         }
         if now >= next_decision {

@@ -10,6 +10,9 @@ use backlog_core::budget_config::{
 };
 use backlog_core::duration::{DurationError, non_negative_seconds, positive_seconds};
 
+mod partition_weights;
+pub use partition_weights::PartitionWeight;
+
 /// A scenario file.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -23,6 +26,10 @@ pub struct Scenario {
     #[serde(default = "default_step")]
     pub step: String,
     pub partitions: u32,
+    /// Partitions that receive more (or less) than an even share of production; unlisted
+    /// partitions weigh 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partition_weights: Vec<PartitionWeight>,
     /// Replicas at the start (default: the budget's minReplicas).
     #[serde(default)]
     pub initial_replicas: Option<u32>,
@@ -144,6 +151,8 @@ pub struct Model {
     pub duration: f64,
     pub step: f64,
     pub partitions: u32,
+    /// Each partition's share of production (index = partition number), summing to 1.
+    pub partition_shares: Vec<f64>,
     pub initial_replicas: u32,
     pub production: Vec<(f64, f64, Option<f64>)>,
     pub per_replica_rate: f64,
@@ -206,6 +215,8 @@ impl Scenario {
         if self.production.is_empty() {
             return Err(invalid("production", "needs at least one segment"));
         }
+        let partition_shares =
+            partition_weights::partition_shares(self.partitions, &self.partition_weights)?;
         let mut production = Vec::new();
         for segment in &self.production {
             let from = non_negative_seconds("production[].from", &segment.from)?;
@@ -255,6 +266,7 @@ impl Scenario {
             duration: positive_seconds("duration", &self.duration)?,
             step,
             partitions: self.partitions,
+            partition_shares,
             initial_replicas,
             production,
             per_replica_rate: self.consumer.per_replica_rate,

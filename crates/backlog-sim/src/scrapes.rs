@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 /// One scrape of the workload's exporters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Scrape {
     pub at: f64,
     pub backlog: f64,
@@ -12,6 +12,8 @@ pub struct Scrape {
     pub produced_total: f64,
     pub completed_total: f64,
     pub ready_replicas: u32,
+    /// Unfinished events per partition (index = partition number).
+    pub partition_backlogs: Vec<f64>,
 }
 
 /// Recent scrapes, enough for the rate window.
@@ -30,11 +32,12 @@ impl ScrapeHistory {
     }
 
     pub fn record(&mut self, scrape: Scrape) {
+        let at = scrape.at;
         self.samples.push_back(scrape);
         while self
             .samples
             .front()
-            .is_some_and(|s| scrape.at - s.at > self.rate_window * 2.0)
+            .is_some_and(|s| at - s.at > self.rate_window * 2.0)
         {
             self.samples.pop_front();
         }
@@ -69,6 +72,7 @@ mod tests {
             produced_total: produced,
             completed_total: 0.0,
             ready_replicas: 1,
+            partition_backlogs: vec![0.0],
         }
     }
 

@@ -55,6 +55,8 @@ pub struct Workload<'m> {
     model: &'m Model,
     pub now: f64,
     queues: Vec<VecDeque<Chunk>>,
+    /// Each partition's share of production; `None` for an even split.
+    uneven_shares: Option<Vec<f64>>,
     /// When each requested pod becomes ready; `len()` is the target's spec.replicas.
     pods: Vec<f64>,
     /// Consumers in the current group assignment.
@@ -66,6 +68,15 @@ pub struct Workload<'m> {
     pub rebalances: u32,
 }
 
+/// The model's partition shares unless they are all equal (or do not match the partition
+/// count): an even split keeps dividing by the partition count, exactly as before weights.
+fn uneven_shares(model: &Model) -> Option<Vec<f64>> {
+    let shares = &model.partition_shares;
+    let matches = shares.len() == model.partitions as usize;
+    let even = shares.windows(2).all(|pair| pair[0] == pair[1]);
+    (matches && !even).then(|| shares.clone())
+}
+
 impl<'m> Workload<'m> {
     pub fn new(model: &'m Model) -> Self {
         let replicas = model.initial_replicas as usize;
@@ -73,6 +84,7 @@ impl<'m> Workload<'m> {
             model,
             now: 0.0,
             queues: vec![VecDeque::new(); model.partitions as usize],
+            uneven_shares: uneven_shares(model),
             pods: vec![0.0; replicas],
             members: replicas,
             rebalance_until: 0.0,
@@ -163,12 +175,13 @@ impl<'m> Workload<'m> {
         if events <= 0.0 {
             return;
         }
-        let per_partition = events / self.queues.len() as f64;
-        for queue in &mut self.queues {
-            queue.push_back(Chunk {
-                created: t,
-                count: per_partition,
-            });
+        let even = events / self.queues.len() as f64;
+        for (partition, queue) in self.queues.iter_mut().enumerate() {
+            let count = match &self.uneven_shares {
+                Some(shares) => shares.get(partition).map_or(even, |share| events * share),
+                None => even,
+            };
+            queue.push_back(Chunk { created: t, count });
         }
         self.produced_total += events;
     }

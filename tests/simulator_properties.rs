@@ -1,0 +1,127 @@
+//! Properties of the budget's decision on generated workloads, run through the simulator (the
+//! same decision code as the controller, offline): it settles at a constant λ from any start,
+//! and without a configured capacity it comes back to the constant optimum after a burst.
+
+use backlog_operator::core::drain::group_capacity;
+use backlog_operator::sim::policy::PolicyKind;
+use backlog_operator::sim::run::{SimulationResult, simulate};
+use backlog_operator::sim::scenario::{Model, Scenario};
+use proptest::prelude::*;
+
+/// Seconds of the scale-down stabilization window every generated budget uses.
+const WINDOW_SECONDS: f64 = 180.0;
+
+fn model(yaml: &str) -> Model {
+    let scenario: Scenario = serde_yaml::from_str(yaml).expect("a generated scenario parses");
+    scenario.model().expect("a generated scenario is valid")
+}
+
+/// A constant λ for 90 minutes.
+fn constant(lambda: f64, rate: f64, partitions: u32, start: u32, configured: bool) -> Model {
+    let capacity = if configured {
+        format!("capacity: {{perReplicaRate: {rate}, reservedRetryShare: 0}}")
+    } else {
+        "capacity: {reservedRetryShare: 0}".to_owned()
+    };
+    model(&format!(
+        r#"
+name: constant
+duration: 90m
+partitions: {partitions}
+initialReplicas: {start}
+production:
+  - {{from: 0s, rate: {lambda}}}
+consumer: {{perReplicaRate: {rate}}}
+budget:
+  minReplicas: 1
+  maxReplicas: {partitions}
+  completionDeadline: 10m
+  {capacity}
+  scaling: {{targetDrainTime: 5m, scaleDownStabilization: 3m, rebalanceCost: 10s}}
+"#
+    ))
+}
+
+/// Replica changes in the timeline after `after` seconds.
+fn changes_after(result: &SimulationResult, after: f64) -> usize {
+    result
+        .timeline
+        .windows(2)
+        .filter(|w| w[1].t > after && w[1].replicas != w[0].replicas)
+        .count()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// At a constant λ, whatever the starting count and the capacity, the replicas settle:
+    /// at most two changes after the first stabilization window.
+    #[test]
+    fn at_a_constant_load_the_replicas_settle(
+        rate in 100.0..500.0f64,
+        partitions in 4u32..=32,
+        load in 0.1..0.95f64,
+        start_share in 0.0..1.0f64,
+        configured in any::<bool>(),
+    ) {
+        let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
+        let start = ((start_share * f64::from(partitions)).ceil() as u32).clamp(1, partitions);
+        let result = simulate(&constant(lambda, rate, partitions, start, configured), PolicyKind::Budget);
+        let changes = changes_after(&result, WINDOW_SECONDS);
+        prop_assert!(
+            changes <= 2,
+            "λ {lambda}/s, {rate}/s per replica, {partitions} partitions, start {start}: {changes} changes after the first window"
+        );
+        prop_assert_eq!(result.summary.breach_seconds, 0.0);
+    }
+
+    /// Without capacity.perReplicaRate, a burst that saturates the consumers teaches the
+    /// budget their capacity: 30 minutes after it the replicas are within one of the
+    /// cheapest count that keeps up with the base load.
+    #[test]
+    fn without_a_prior_the_replicas_return_to_the_base_optimum_after_a_burst(
+        rate in 100.0..500.0f64,
+        partitions in 8u32..=32,
+        load in 0.1..0.5f64,
+        burst in 1.6..3.0f64,
+    ) {
+        let base = (load * rate * f64::from(partitions)).round().max(1.0);
+        let peak = (base * burst).min(0.9 * rate * f64::from(partitions)).round();
+        let scenario = model(&format!(
+            r#"
+name: no-prior-burst
+duration: 70m
+partitions: {partitions}
+initialReplicas: 2
+production:
+  - {{from: 0s, rate: {base}}}
+  - {{from: 10m, rate: {peak}}}
+  - {{from: 20m, rate: {base}}}
+consumer: {{perReplicaRate: {rate}}}
+budget:
+  minReplicas: 1
+  maxReplicas: {partitions}
+  completionDeadline: 10m
+  capacity: {{reservedRetryShare: 0}}
+  scaling: {{targetDrainTime: 5m, scaleDownStabilization: 3m, rebalanceCost: 10s}}
+"#
+        ));
+        let result = simulate(&scenario, PolicyKind::Budget);
+        // The cheapest count that keeps up with the base load for good (a finite run's static
+        // count may fall behind slowly enough to end before the deadline).
+        let optimum = (1..=partitions)
+            .find(|k| group_capacity(*k, partitions, rate) >= base)
+            .unwrap_or(partitions);
+        let late: Vec<u32> = result
+            .timeline
+            .iter()
+            .filter(|row| row.t >= 50.0 * 60.0)
+            .map(|row| row.replicas)
+            .collect();
+        let highest = late.iter().copied().max().unwrap_or(0);
+        prop_assert!(
+            highest <= optimum + 1,
+            "base {base}/s, {rate}/s per replica, {partitions} partitions: {highest} replicas 30 minutes after the burst, the constant optimum is {optimum}"
+        );
+    }
+}
