@@ -129,10 +129,20 @@ pub(super) fn plan(model: &Model, bucket_seconds: f64, limit: f64) -> Option<Sch
             }
         }
     }
+    // The run must end as it began, with nothing more waiting than a bucket's arrivals: a
+    // schedule that leaves a backlog for after the run borrows replicas it never pays for
+    // (on a constant load it would undercut the count that keeps up). Only where no schedule
+    // can end drained (an undrainable load) is the cheapest of all taken.
     let last_layer = grid.index(fluid.buckets, floor, 0)..grid.cells.len();
-    let best = last_layer
-        .filter(|&index| grid.cells[index].cost.is_finite())
-        .min_by(|&a, &b| grid.cells[a].cost.total_cmp(&grid.cells[b].cost))?;
+    let settled = model.production_rate(model.duration) * bucket_seconds;
+    let cheapest = |drained_only: bool| {
+        last_layer
+            .clone()
+            .filter(|&index| grid.cells[index].cost.is_finite())
+            .filter(|&index| !drained_only || grid.cells[index].backlog <= settled)
+            .min_by(|&a, &b| grid.cells[a].cost.total_cmp(&grid.cells[b].cost))
+    };
+    let best = cheapest(true).or_else(|| cheapest(false))?;
     Some(schedule_to(&grid, best, fluid.buckets, bucket_seconds))
 }
 
