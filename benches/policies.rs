@@ -124,7 +124,9 @@ fn main() {
     // warningAt × deadline. The same oracle held to the budget's own age limit is the
     // like-for-like floor.
     println!("\n## Budget against the oracle held to warningAt × deadline\n");
-    println!("| scenario | budget replica-s | oracle within warningAt | budget ÷ it | budget ÷ oracle |");
+    println!(
+        "| scenario | budget replica-s | oracle within warningAt | budget ÷ it | budget ÷ oracle |"
+    );
     println!("|---|---:|---:|---:|---:|");
     for model in &models {
         let budget = simulate(model, PolicyKind::Budget).summary;
