@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_http_query::Client;
-use prometheus_http_query::response::Data;
+use prometheus_http_query::response::{Data, PromqlResult};
 
-use super::{LabelledFuture, QueryBackend, QueryFuture};
+use super::{Labelled, LabelledFuture, QueryBackend, QueryFuture};
 use crate::core::metric_input::Observation;
 
 /// Clients kept at most, one per server address; the least recently used goes first. The
@@ -104,25 +104,58 @@ pub fn observation_of(data: &Data) -> Observation {
     }
 }
 
+/// Evaluates `expression` through `client`, giving up after `timeout`; every error names
+/// the server.
+async fn evaluate(
+    client: Result<Client, String>,
+    expression: String,
+    address: String,
+    timeout: Duration,
+) -> Result<PromqlResult, String> {
+    let client = client?;
+    let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+    let query = client.query(&expression).timeout(timeout_ms).get();
+    match tokio::time::timeout(timeout, query).await {
+        Err(_) => Err(format!(
+            "no answer from {address} within {}ms",
+            timeout.as_millis()
+        )),
+        Ok(Err(error)) => Err(bounded(format!("{address}: {error}"))),
+        Ok(Ok(result)) => Ok(result),
+    }
+}
+
+/// One value per series of an instant vector, named by `label` (by position without it).
+fn labelled_of(data: &Data, label: &str) -> Labelled {
+    match data {
+        Data::Vector(vector) => Ok(vector
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let name = v
+                    .metric()
+                    .get(label)
+                    .cloned()
+                    .unwrap_or_else(|| i.to_string());
+                (name, v.sample().value())
+            })
+            .collect()),
+        _ => Err("must return an instant vector with one series per partition".to_owned()),
+    }
+}
+
 impl QueryBackend for PrometheusBackend {
     fn instant(&self, address: &str, expression: &str, timeout: Duration) -> QueryFuture {
-        let client = self.client(address, timeout);
-        let expression = expression.to_owned();
-        let address = address.to_owned();
+        let answer = evaluate(
+            self.client(address, timeout),
+            expression.to_owned(),
+            address.to_owned(),
+            timeout,
+        );
         Box::pin(async move {
-            let client = match client {
-                Ok(client) => client,
-                Err(reason) => return Observation::Failed(reason),
-            };
-            let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-            let query = client.query(&expression).timeout(timeout_ms).get();
-            match tokio::time::timeout(timeout, query).await {
-                Err(_) => Observation::Failed(format!(
-                    "no answer from {address} within {}ms",
-                    timeout.as_millis()
-                )),
-                Ok(Err(error)) => Observation::Failed(bounded(format!("{address}: {error}"))),
-                Ok(Ok(result)) => observation_of(result.data()),
+            match answer.await {
+                Ok(result) => observation_of(result.data()),
+                Err(reason) => Observation::Failed(reason),
             }
         })
     }
@@ -134,52 +167,18 @@ impl QueryBackend for PrometheusBackend {
         timeout: Duration,
         label: &str,
     ) -> LabelledFuture {
-        self.by_label(address, expression, timeout, label)
+        let answer = evaluate(
+            self.client(address, timeout),
+            expression.to_owned(),
+            address.to_owned(),
+            timeout,
+        );
+        let label = label.to_owned();
+        Box::pin(async move { labelled_of(answer.await?.data(), &label) })
     }
 }
 
 impl PrometheusBackend {
-    fn by_label(
-        &self,
-        address: &str,
-        expression: &str,
-        timeout: Duration,
-        label: &str,
-    ) -> LabelledFuture {
-        let client = self.client(address, timeout);
-        let (expression, address, label) =
-            (expression.to_owned(), address.to_owned(), label.to_owned());
-        Box::pin(async move {
-            let client = client?;
-            let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-            let query = client.query(&expression).timeout(timeout_ms).get();
-            match tokio::time::timeout(timeout, query).await {
-                Err(_) => Err(format!(
-                    "no answer from {address} within {}ms",
-                    timeout.as_millis()
-                )),
-                Ok(Err(error)) => Err(bounded(format!("{address}: {error}"))),
-                Ok(Ok(result)) => match result.data() {
-                    Data::Vector(vector) => Ok(vector
-                        .iter()
-                        .enumerate()
-                        .map(|(i, v)| {
-                            let name = v
-                                .metric()
-                                .get(&label)
-                                .cloned()
-                                .unwrap_or_else(|| i.to_string());
-                            (name, v.sample().value())
-                        })
-                        .collect()),
-                    _ => Err(
-                        "must return an instant vector with one series per partition".to_owned(),
-                    ),
-                },
-            }
-        })
-    }
-
     pub fn shared() -> Arc<dyn QueryBackend> {
         Arc::new(Self::new())
     }

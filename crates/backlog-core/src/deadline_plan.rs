@@ -28,6 +28,8 @@ pub struct PlanInputs<'a> {
     pub produce_rate: f64,
     /// λ of the recent past, which the forecast repeats.
     pub recent: &'a Replay,
+    /// How long λ has been about what it is now (seconds).
+    pub current_run_seconds: f64,
     /// Events per second one replica completes, after the share kept for retries.
     pub per_replica_rate: f64,
     pub partitions: u32,
@@ -93,7 +95,17 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     // A count that falls behind is held while the deadline has room: a slowdown or a peak may
     // be over before it matters. It is never entered by a scale-down, so holding it ends in
     // one scale-up at most, not in a cycle.
-    let holds = planner.keeps(current, &now_lambda, hold_limit, true)
+    // Should today's λ go on, the cap must still recover from the next decision. A level is
+    // expected to last about as long as it has lasted so far, then the recent past repeats:
+    // a spike seen for one poll is not planned as if it were the new load.
+    let persisting = |t: f64| {
+        if t < inputs.current_run_seconds + settings.poll {
+            inputs.produce_rate
+        } else {
+            planner.repeated(t)
+        }
+    };
+    let holds = planner.keeps(current, &persisting, hold_limit, true)
         && planner.keeps(current, &|t| planner.repeated(t), hold_limit, false);
     if holds {
         let down_limit = DOWN_AGE_SHARE * settings.age_limit;
@@ -111,6 +123,8 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
         }
         return planner.outcome(current, PlanReason::Holding);
     }
+    // Sized for today's λ over the whole horizon: one step, not a staircase that follows a
+    // rising estimate of how long the level lasts.
     let enough = |k: u32| {
         planner.capacity(k) >= mean
             && planner.keeps(k, &now_lambda, hold_limit, false)

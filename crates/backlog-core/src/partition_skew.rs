@@ -10,6 +10,20 @@ pub struct PartitionSample {
     pub backlog: f64,
 }
 
+impl PartitionSample {
+    /// Samples named by their position: partition i holds `backlogs[i]`.
+    pub fn numbered(backlogs: &[f64]) -> Vec<Self> {
+        backlogs
+            .iter()
+            .enumerate()
+            .map(|(i, backlog)| PartitionSample {
+                partition: i.to_string(),
+                backlog: *backlog,
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Skew {
     pub partition: String,
@@ -62,14 +76,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn samples(backlogs: &[f64]) -> Vec<PartitionSample> {
-        backlogs
-            .iter()
-            .enumerate()
-            .map(|(i, b)| PartitionSample {
-                partition: i.to_string(),
-                backlog: *b,
-            })
-            .collect()
+        PartitionSample::numbered(backlogs)
     }
 
     #[test]

@@ -522,6 +522,9 @@ fn scale(
             queue,
             produce_rate: lambda,
             recent: &recent,
+            current_run_seconds: demand
+                .last()
+                .map_or(0.0, |run| seconds_between(run.at, now).max(0.0)),
             per_replica_rate: capacity,
             partitions: values.partitions,
             current: bounded,

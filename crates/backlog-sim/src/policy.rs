@@ -133,16 +133,7 @@ impl Policy for BudgetPolicy<'_> {
             ready_replicas: latest.map(|s| s.ready_replicas),
             conflict: None,
             // The simulator measures everything, metrics.partitionBacklog included.
-            partition_backlogs: latest.map(|s| {
-                s.partition_backlogs
-                    .iter()
-                    .enumerate()
-                    .map(|(partition, backlog)| PartitionSample {
-                        partition: partition.to_string(),
-                        backlog: *backlog,
-                    })
-                    .collect()
-            }),
+            partition_backlogs: latest.map(|s| PartitionSample::numbered(&s.partition_backlogs)),
         };
         let now = Timestamp::from_millisecond((view.now * 1000.0) as i64)
             .unwrap_or(Timestamp::UNIX_EPOCH);

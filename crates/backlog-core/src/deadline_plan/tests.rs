@@ -49,6 +49,7 @@ fn inputs<'a>(
         },
         produce_rate: lambda,
         recent,
+        current_run_seconds: 900.0,
         per_replica_rate: 250.0,
         partitions: 16,
         current,
@@ -85,6 +86,22 @@ fn a_short_spike_is_absorbed_by_the_time_budget() {
     let (replay, _) = recent(&rates);
     let p = plan(&inputs(&replay, 60_000.0, 20.0, 5000.0, 4), &settings());
     assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding));
+}
+
+#[test]
+fn a_spike_above_the_cap_seen_for_one_poll_is_not_the_new_load() {
+    // 6000/s is more than the cap of 16 completes (4000/s), but it began a poll ago over a
+    // recent past of 500/s: expected to last a poll or two, it is absorbed.
+    let mut rates = vec![500.0; 23];
+    rates.push(6000.0);
+    let (replay, _) = recent(&rates);
+    let mut seen = inputs(&replay, 40_000.0, 10.0, 6000.0, 4);
+    seen.current_run_seconds = 15.0;
+    assert_eq!(plan(&seen, &settings()).reason, PlanReason::Holding);
+    // Had it lasted the whole window, it would be planned as the load.
+    let (lasting, _) = recent(&[6000.0; 24]);
+    let lasted = inputs(&lasting, 40_000.0, 10.0, 6000.0, 4);
+    assert_eq!(plan(&lasted, &settings()).replicas, 16);
 }
 
 #[test]

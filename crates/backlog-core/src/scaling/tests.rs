@@ -514,14 +514,7 @@ fn the_change_cap_never_holds_a_scale_up_the_deadline_needs() {
 }
 
 fn partition_samples(backlogs: &[f64]) -> Vec<PartitionSample> {
-    backlogs
-        .iter()
-        .enumerate()
-        .map(|(i, b)| PartitionSample {
-            partition: i.to_string(),
-            backlog: *b,
-        })
-        .collect()
+    PartitionSample::numbered(backlogs)
 }
 
 #[test]
