@@ -95,27 +95,6 @@ fn budget_keeps_the_deadline_where_the_cap_can_with_fewer_rebalances_than_lag_th
     }
 }
 
-/// The oracle is the floor: zero breach where the cap has none, and never dearer than the
-/// best constant count.
-#[test]
-fn the_oracle_keeps_the_deadline_for_no_more_than_static() {
-    for model in scenarios() {
-        let oracle = simulate(&model, PolicyKind::Oracle).summary;
-        let reference = simulate(&model, PolicyKind::Static).summary;
-        let max = simulate(&model, PolicyKind::Max).summary;
-        let name = &model.name;
-        if max.breach_seconds == 0.0 {
-            assert_eq!(oracle.breach_seconds, 0.0, "{name}: the oracle breached");
-        }
-        assert!(
-            oracle.replica_seconds <= reference.replica_seconds,
-            "{name}: oracle {} replica-seconds, static {}",
-            oracle.replica_seconds,
-            reference.replica_seconds
-        );
-    }
-}
-
 #[test]
 fn no_policy_ever_asks_for_more_replicas_than_partitions() {
     for model in scenarios() {
