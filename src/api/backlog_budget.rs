@@ -250,8 +250,9 @@ pub struct MetricQueries {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Capacity {
-    /// Events per second one replica completes. If absent, measured as
-    /// completionRate / ready replicas.
+    /// Events per second one replica completes: a prior until completionRate / ready
+    /// replicas is measured while the consumers are saturated (status.capacity says which is
+    /// used).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self > 0.0").message("capacity.perReplicaRate must be greater than 0 (events per second one replica completes)"))]
     pub per_replica_rate: Option<f64>,
@@ -265,7 +266,8 @@ pub struct Capacity {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Scaling {
-    /// How fast the backlog should drain when the deadline allows more; default 5m.
+    /// The longest the events waiting now may wait before they complete: every plan clears
+    /// them within it. An upper bound, not the speed every backlog is drained at; default 5m.
     #[serde(default = "default_target_drain_time")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("scaling.targetDrainTime"))]
@@ -275,7 +277,8 @@ pub struct Scaling {
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.scaleUpStabilization"))]
     pub scale_up_stabilization: String,
-    /// Time a lower recommendation must persist before scaling down; default 3m.
+    /// Time a lower recommendation must persist before scaling down; default 3m. The recent
+    /// demand is remembered for twice this and plans look ahead at least four times it.
     #[serde(default = "default_scale_down_stabilization")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.scaleDownStabilization"))]
@@ -284,8 +287,8 @@ pub struct Scaling {
     #[serde(default)]
     #[schemars(range(min = 0, max = 10000))]
     pub max_step: i32,
-    /// How long consumption stops during a rebalance, e.g. 20s; the decision adds the events
-    /// that pile up meanwhile.
+    /// How long consumption stops during a rebalance, e.g. 20s: every plan pays it, and a
+    /// scale-down must save more replica-seconds than the consumers that stop for it.
     #[serde(default = "zero_duration")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.rebalanceCost"))]

@@ -3,8 +3,9 @@
 //! change pays for its rebalance.
 //!
 //! - **Hold** the current count while it keeps the deadline if the recent past repeats, and
-//!   while, should today's λ persist, the cap could still recover at the next decision. A short
-//!   spike is absorbed by the time budget instead of by replicas sized for a peak that is over.
+//!   while the cap could still recover from the next decision should today's λ last about as
+//!   long as it already has. A short spike is absorbed by the time budget instead of by
+//!   replicas sized for a peak that is over.
 //! - **Scale up**, when holding fails, to the fewest replicas that keep the deadline at today's
 //!   λ and if the recent past repeats: one step, sized for what is observed.
 //! - **Scale down** only to a count that completes at least the recent mean λ, keeps the
