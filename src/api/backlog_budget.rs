@@ -8,6 +8,7 @@ use super::validation::{
     duration_at_least, duration_at_least_literal, non_negative_duration, positive_duration,
 };
 
+pub use crate::core::capacity_estimate::CapacitySource;
 pub use crate::core::event_class::{ClassMode, ClassState};
 pub use crate::core::phase::BudgetPhase;
 
@@ -495,8 +496,9 @@ pub struct BacklogBudgetStatus {
     /// The per-replica rate the decision used and where it comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityStatus>,
-    /// The highest λ of each bucket of the recent past (oldest first): scale-downs are judged
-    /// as if it repeats, so a load that returns is not chased down at its trough.
+    /// The recent past as runs of about the same λ, each with its highest (oldest first):
+    /// scale-downs are judged as if it repeats, so a load that returns is not chased down at
+    /// its trough.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 24))]
     pub recent_demand: Vec<DemandBucket>,
@@ -535,22 +537,11 @@ pub struct BacklogBudgetStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// Where the per-replica rate comes from.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CapacitySourceName {
-    /// spec.capacity.perReplicaRate, before any saturated measurement.
-    Configured,
-    /// completionRate / ready replicas while the consumers were saturated.
-    Measured,
-    /// The completions of consumers never seen saturated: a lower bound only.
-    Prior,
-}
-
 /// The capacity the decision used.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityStatus {
-    pub source: CapacitySourceName,
+    pub source: CapacitySource,
     /// Events per second one replica completes, as used.
     pub per_replica_rate: f64,
     /// The last measurement taken while the consumers were saturated or, without one, the
@@ -564,7 +555,7 @@ pub struct CapacityStatus {
     pub measured_lower_bound: bool,
 }
 
-/// The highest λ seen in one bucket of time.
+/// A run of about the same λ: when it began and its highest value.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DemandBucket {

@@ -154,9 +154,16 @@ impl MetricsSource {
         let Ok(_permit) = self.permits.acquire().await else {
             return Err("query limiter closed".to_owned());
         };
-        self.backend
+        let started = Instant::now();
+        let answer = self
+            .backend
             .instant_by_label(address, expression, self.timeout, label)
-            .await
+            .await;
+        // Counted in the operator's query metrics like every other query.
+        if let Some(observer) = &self.observer {
+            observer.observe(started.elapsed().as_secs_f64(), answer.is_err());
+        }
+        answer
     }
 
     /// Like [`query`](Self::query), with the server the object resolved to; without one the

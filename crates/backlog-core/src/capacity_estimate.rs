@@ -7,26 +7,18 @@
 //! is a prior used until one exists; with neither, the unsaturated rate is only a lower bound.
 
 use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
 
-/// Where the per-replica rate the decision used comes from (`status.capacity.source`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where the per-replica rate comes from.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CapacitySource {
-    /// `spec.capacity.perReplicaRate`, before any saturated measurement.
+    /// spec.capacity.perReplicaRate, before any saturated measurement.
     Configured,
     /// completionRate / ready replicas while the consumers were saturated.
     Measured,
-    /// Neither: the completions of consumers that were not saturated, a lower bound only.
+    /// The completions of consumers never seen saturated: a lower bound only.
     Prior,
-}
-
-impl CapacitySource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapacitySource::Configured => "Configured",
-            CapacitySource::Measured => "Measured",
-            CapacitySource::Prior => "Prior",
-        }
-    }
 }
 
 /// A measurement and when it was taken: exact when the consumers were saturated, otherwise
@@ -63,7 +55,7 @@ pub struct CapacityEstimate {
 }
 
 impl CapacityEstimate {
-    /// More replicas cannot be justified by a lower bound.
+    /// The consumers were never seen saturated: they can do at least this much.
     pub fn is_lower_bound(&self) -> bool {
         self.source == CapacitySource::Prior
     }

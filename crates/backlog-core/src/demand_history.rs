@@ -16,7 +16,7 @@ pub struct DemandSample {
 }
 
 /// Runs a history keeps at most (the status stays small whatever the load).
-pub const MAX_BUCKETS: usize = 24;
+pub const MAX_RUNS: usize = 24;
 
 /// A λ within this share of its run's highest continues the run.
 const SAME_RUN_SHARE: f64 = 0.1;
@@ -49,15 +49,15 @@ pub fn record(
         }
         _ => kept.push(DemandSample { at: now, rate }),
     }
-    while kept.len() > MAX_BUCKETS {
+    while kept.len() > MAX_RUNS {
         kept.remove(0);
     }
     kept
 }
 
-/// Shortest run for a window: the window in at most `MAX_BUCKETS` runs.
-pub fn bucket_seconds(window_seconds: f64, poll_seconds: f64) -> f64 {
-    (window_seconds / MAX_BUCKETS as f64)
+/// Shortest run for a window: the window in at most `MAX_RUNS` runs.
+pub fn min_run_seconds(window_seconds: f64, poll_seconds: f64) -> f64 {
+    (window_seconds / MAX_RUNS as f64)
         .max(poll_seconds)
         .max(1.0)
 }
@@ -193,7 +193,7 @@ mod tests {
             let mut history = Vec::new();
             for (i, rate) in rates.iter().enumerate() {
                 history = record(&history, *rate, at(15 * i as i64), 720.0, 30.0);
-                prop_assert!(history.len() <= MAX_BUCKETS);
+                prop_assert!(history.len() <= MAX_RUNS);
                 prop_assert!(history.windows(2).all(|w| w[0].at < w[1].at));
             }
             let replay = Replay::new(&history, at(15 * rates.len() as i64), 720.0, 15.0);

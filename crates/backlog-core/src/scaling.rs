@@ -75,7 +75,7 @@ pub struct ScalingMemory {
     pub last_change_at: Option<Timestamp>,
     /// When the replicas changed in the last hour, oldest first (status.recentScaleChanges).
     pub recent_changes: Vec<Timestamp>,
-    /// λ of the recent past, in buckets (status.recentDemand).
+    /// λ of the recent past, as runs of about the same rate (status.recentDemand).
     pub demand: Vec<DemandSample>,
     /// The last capacity measured while the consumers were saturated (status.capacity).
     pub capacity: Option<MeasuredCapacity>,
@@ -100,13 +100,25 @@ pub struct UsedValues {
     pub oldest_age_estimated: bool,
     pub partitions: Option<u32>,
     pub per_replica_rate: Option<f64>,
-    pub per_replica_rate_measured: bool,
-    /// The rate was measured on consumers that were not saturated: only a lower bound of
-    /// their capacity.
-    pub per_replica_rate_is_lower_bound: bool,
     /// Where the per-replica rate comes from, when there is one.
     pub capacity_source: Option<CapacitySource>,
     pub replicas: u32,
+}
+
+impl UsedValues {
+    /// The per-replica rate comes from completions, not from the spec.
+    pub fn per_replica_rate_measured(&self) -> bool {
+        matches!(
+            self.capacity_source,
+            Some(CapacitySource::Measured | CapacitySource::Prior)
+        )
+    }
+
+    /// The rate was measured on consumers that were not saturated: only a lower bound of
+    /// their capacity.
+    pub fn per_replica_rate_is_lower_bound(&self) -> bool {
+        self.capacity_source == Some(CapacitySource::Prior)
+    }
 }
 
 /// A change to the target's replicas.
@@ -225,8 +237,6 @@ fn metrics_unavailable(
                 up: memory.windows.up,
                 down: Vec::new(),
             },
-            last_change_at: memory.last_change_at,
-            recent_changes: memory.recent_changes.clone(),
             ..memory.clone()
         },
         used,
@@ -242,8 +252,6 @@ struct Values {
     oldest_age: f64,
     partitions: u32,
     per_replica_rate: f64,
-    /// Measured capacity while the consumers were not saturated: a lower bound only.
-    capacity_is_lower_bound: bool,
     capacity_measured: Option<MeasuredCapacity>,
 }
 
@@ -364,11 +372,10 @@ fn gather(
         memory.capacity,
         now,
     );
-    let (per_replica_rate, capacity_is_lower_bound) = match capacity {
+    let per_replica_rate = match capacity {
         Some(estimate) => {
-            used.per_replica_rate_measured = estimate.source != CapacitySource::Configured;
             used.capacity_source = Some(estimate.source);
-            (Some(estimate.per_replica_rate), estimate.is_lower_bound())
+            Some(estimate.per_replica_rate)
         }
         None => {
             missing_push(
@@ -376,11 +383,10 @@ fn gather(
                 "metrics.completionRate",
                 "gave no usable completion rate with ready replicas, and capacity.perReplicaRate is unset, so capacity is unknown",
             );
-            (None, false)
+            None
         }
     };
     used.per_replica_rate = per_replica_rate;
-    used.per_replica_rate_is_lower_bound = capacity_is_lower_bound;
 
     let produce_rate = match (config.produce_rate_configured, produce_rate, backlog) {
         (true, rate, _) => rate,
@@ -438,7 +444,6 @@ fn gather(
                 oldest_age,
                 partitions,
                 per_replica_rate: rate,
-                capacity_is_lower_bound,
                 capacity_measured: capacity.and_then(|c| c.measured),
                 used: used.clone(),
             })
@@ -483,8 +488,8 @@ fn scale(
     let bounded = current.clamp(floor, cap);
 
     let window = demand_window_seconds(config);
-    let bucket = demand_history::bucket_seconds(window, config.poll_interval_seconds);
-    let demand = demand_history::record(&memory.demand, lambda, now, window, bucket);
+    let min_run = demand_history::min_run_seconds(window, config.poll_interval_seconds);
+    let demand = demand_history::record(&memory.demand, lambda, now, window, min_run);
     let recent = Replay::new(&demand, now, window, config.poll_interval_seconds);
 
     // A hot partition's backlog is one consumer's work whatever the count: the count is what
@@ -537,7 +542,7 @@ fn scale(
 
     let undrainable = lambda > 0.0
         && group_capacity(cap, values.partitions, rate) <= lambda
-        && !values.capacity_is_lower_bound;
+        && !values.used.per_replica_rate_is_lower_bound();
     // What the deadline would need without the cap, for the PartitionLimited message.
     let raw = if planned.reason == PlanReason::CapFallsShort || undrainable {
         let drain = drain_window(
@@ -851,7 +856,7 @@ fn metrics_message(used: &UsedValues) -> String {
     if used.produce_rate_estimated {
         notes.push("λ is estimated from the backlog trend because metrics.produceRate is not set");
     }
-    if used.per_replica_rate_measured {
+    if used.per_replica_rate_measured() {
         notes.push("per-replica rate is measured as completionRate / ready replicas");
     }
     if notes.is_empty() {

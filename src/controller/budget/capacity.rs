@@ -38,7 +38,7 @@ pub fn capacity_of(
         // A rate measured on idle consumers says what they did, not what they can do.
         per_replica_rate: used
             .per_replica_rate
-            .filter(|_| !used.per_replica_rate_is_lower_bound),
+            .filter(|_| !used.per_replica_rate_is_lower_bound()),
         reserved_retry_share: config.reserved_retry_share,
         peak_produce_rate: metrics
             .peak_produce_rate

@@ -5,11 +5,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{
-    BacklogBudgetStatus, BudgetPhase, CapacitySourceName, CapacityStatus, DemandBucket, LastScale,
-    Observed, PendingScale,
+    BacklogBudgetStatus, BudgetPhase, CapacityStatus, DemandBucket, LastScale, Observed,
+    PendingScale,
 };
 use crate::api::conditions::{ConditionSpec, merge_conditions};
-use crate::core::capacity_estimate::{CapacitySource, MeasuredCapacity};
+use crate::core::capacity_estimate::MeasuredCapacity;
 use crate::core::demand_history::DemandSample;
 use crate::core::format::seconds;
 use crate::core::scaling::{PreviousObservation, ScalingDecision, ScalingMemory};
@@ -63,14 +63,6 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
         }),
         pods_pending_since: status.pods_pending_since.as_ref().map(|t| t.0),
         pod_start_seconds: status.pod_start_seconds,
-    }
-}
-
-fn source_name(source: CapacitySource) -> CapacitySourceName {
-    match source {
-        CapacitySource::Configured => CapacitySourceName::Configured,
-        CapacitySource::Measured => CapacitySourceName::Measured,
-        CapacitySource::Prior => CapacitySourceName::Prior,
     }
 }
 
@@ -128,7 +120,7 @@ pub fn after_decision(
         scale_up_pending: decision.memory.windows.up.as_ref().map(pending_to_api),
         capacity: match (used.capacity_source, used.per_replica_rate) {
             (Some(source), Some(rate)) => Some(CapacityStatus {
-                source: source_name(source),
+                source,
                 per_replica_rate: rate,
                 measured_per_replica_rate: decision.memory.capacity.map(|m| m.per_replica_rate),
                 measured_at: decision.memory.capacity.map(|m| Time(m.at)),

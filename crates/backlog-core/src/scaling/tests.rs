@@ -269,7 +269,7 @@ fn measured_capacity_of_idle_consumers_does_not_scale_up() {
     let mut i = inputs(10.0, 900.0, 1.0, 4);
     i.completion_rate = Some(value(900.0));
     let d = decide(&c, &i, &ScalingMemory::default(), at(0));
-    assert!(d.used.per_replica_rate_measured);
+    assert!(d.used.per_replica_rate_measured());
     assert!(d.desired <= 4);
 }
 
@@ -438,7 +438,7 @@ fn a_held_class_backlog_does_not_make_idle_consumers_look_saturated() {
     held.completion_rate = Some(value(400.0));
     held.paused_class_backlogs = vec![("refund".into(), value(99_600.0))];
     let d = decide(&config(), &held, &ScalingMemory::default(), at(0));
-    assert!(!d.used.per_replica_rate_measured, "{d:?}");
+    assert!(!d.used.per_replica_rate_measured(), "{d:?}");
     assert_eq!(d.used.per_replica_rate, Some(250.0));
     assert!(d.desired <= 4, "{}", d.explanation);
 }
