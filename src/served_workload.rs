@@ -102,6 +102,7 @@ pub fn budget_for(model: &Model, name: &str, speed: f64) -> BacklogBudget {
                 .scaling
                 .max_changes_per_hour
                 .map(|count| (f64::from(count) * speed).round().clamp(1.0, 120.0) as i32),
+            economy_dwell: wall_duration(b.economy_dwell_seconds, speed),
         },
         alerts: Alerts {
             warning_at: definition.alerts.warning_at,

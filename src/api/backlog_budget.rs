@@ -300,6 +300,16 @@ pub struct Scaling {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 120))]
     pub max_changes_per_hour: Option<i32>,
+    /// Economy runs fewer replicas than arrivals need while the deadline has room for the
+    /// backlog that grows, and scales up when the room is used: the cheapest way to serve a
+    /// steady load whose keep-up count would idle. It is entered only when the count keeps
+    /// the deadline for at least four scale-down windows, and not again within this long of
+    /// ending at about the same load: at most one planned pair of rebalances per dwell.
+    /// Default 1h; "0s" turns economy off.
+    #[serde(default = "default_economy_dwell")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = non_negative_duration("scaling.economyDwell"))]
+    pub economy_dwell: String,
 }
 
 impl Default for Scaling {
@@ -311,6 +321,7 @@ impl Default for Scaling {
             max_step: 0,
             rebalance_cost: zero_duration(),
             max_changes_per_hour: None,
+            economy_dwell: default_economy_dwell(),
         }
     }
 }
@@ -323,6 +334,9 @@ fn default_scale_down_stabilization() -> String {
     // one step to the window's highest recommendation, so a shorter hold does not flap and
     // idles fewer replicas after a burst.
     "3m".to_owned()
+}
+fn default_economy_dwell() -> String {
+    crate::core::budget_config::default_economy_dwell()
 }
 fn zero_duration() -> String {
     "0s".to_owned()
@@ -505,6 +519,10 @@ pub struct BacklogBudgetStatus {
     /// Since when pods of the last scale-up have not all been ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods_pending_since: Option<Time>,
+    /// Since when work has waited beyond what the consumers complete in two polls: their
+    /// completion rate is measured as capacity once this spans the rate window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_since: Option<Time>,
     /// How long the last scale-up took until every pod was ready (plans assume 30 s before
     /// one was seen).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -513,6 +531,10 @@ pub struct BacklogBudgetStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 200))]
     pub recent_scale_changes: Vec<Time>,
+    /// Economy: since when the replicas complete less than arrives while the deadline has
+    /// room, and when economy last ended because the room was used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub economy: Option<EconomyStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paused_classes: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -553,6 +575,22 @@ pub struct CapacityStatus {
     /// The measurement is of consumers that were not saturated: they can do at least this.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub measured_lower_bound: bool,
+}
+
+/// Economy's memory (`scaling.economyDwell`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EconomyStatus {
+    /// Since when the replicas complete less than arrives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// The load when it began, in replicas' worth of work (λ / per-replica rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// When economy last ended because its room was used: it is not entered again within
+    /// `scaling.economyDwell` of this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_at: Option<Time>,
 }
 
 /// A run of about the same λ: when it began and its highest value.

@@ -118,6 +118,7 @@ impl From<&Scaling> for ScalingDefinition {
             max_step: scaling.max_step,
             rebalance_cost: scaling.rebalance_cost.clone(),
             max_changes_per_hour: scaling.max_changes_per_hour,
+            economy_dwell: scaling.economy_dwell.clone(),
         }
     }
 }

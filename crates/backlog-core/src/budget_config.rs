@@ -64,6 +64,9 @@ pub struct ScalingDefinition {
     /// Most changes in any hour, besides the ones the deadline needs; none = no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_changes_per_hour: Option<i32>,
+    /// Economy is entered again no sooner than this after it ended; "0s" = never entered.
+    #[serde(default = "default_economy_dwell")]
+    pub economy_dwell: String,
 }
 
 impl Default for ScalingDefinition {
@@ -75,6 +78,7 @@ impl Default for ScalingDefinition {
             max_step: 0,
             rebalance_cost: zero_duration(),
             max_changes_per_hour: None,
+            economy_dwell: default_economy_dwell(),
         }
     }
 }
@@ -109,6 +113,10 @@ fn default_target_drain_time() -> String {
 fn default_scale_down_stabilization() -> String {
     "3m".to_owned()
 }
+/// The default `spec.scaling.economyDwell`.
+pub fn default_economy_dwell() -> String {
+    "1h".to_owned()
+}
 fn zero_duration() -> String {
     "0s".to_owned()
 }
@@ -141,6 +149,8 @@ pub struct BudgetConfig {
     pub rebalance_cost_seconds: f64,
     /// Most changes in any hour besides the necessary ones; `None` = no cap.
     pub max_changes_per_hour: Option<u32>,
+    /// How long after economy ended it may not be entered again; 0 = economy off.
+    pub economy_dwell_seconds: f64,
     /// Configured per-replica completion rate; `None` = measure it.
     pub per_replica_rate: Option<f64>,
     pub reserved_retry_share: f64,
@@ -270,6 +280,10 @@ impl BudgetConfig {
                 &scaling.rebalance_cost,
             )?,
             max_changes_per_hour,
+            economy_dwell_seconds: non_negative_seconds(
+                "scaling.economyDwell",
+                &scaling.economy_dwell,
+            )?,
             per_replica_rate,
             reserved_retry_share,
             warning_at,
@@ -297,6 +311,7 @@ pub fn example() -> BudgetConfig {
         max_step: 0,
         rebalance_cost_seconds: 0.0,
         max_changes_per_hour: None,
+        economy_dwell_seconds: 3600.0,
         per_replica_rate: Some(250.0),
         reserved_retry_share: 0.0,
         warning_at: 0.5,

@@ -40,6 +40,9 @@ pub struct CapacityEvidence {
     /// A backlog waits, every partition has work and the rate window saw no change of
     /// replicas.
     pub saturated: bool,
+    /// No change of replicas fell in the rate window: completions per ready replica mean
+    /// something only then (right after a scale-down they read high, after a scale-up low).
+    pub settled: bool,
     /// After this many seconds without a saturated poll, a measurement gives way to the
     /// configured rate again: consumers sized for a slowdown that is over are never saturated,
     /// so the measurement alone could not see the recovery.
@@ -68,7 +71,12 @@ pub fn estimate(
     now: Timestamp,
 ) -> Option<CapacityEstimate> {
     let per_ready = match evidence.completion_rate {
-        Some(rate) if rate.is_finite() && rate > 0.0 && evidence.ready_replicas > 0 => {
+        Some(rate)
+            if evidence.settled
+                && rate.is_finite()
+                && rate > 0.0
+                && evidence.ready_replicas > 0 =>
+        {
             Some(rate / f64::from(evidence.ready_replicas))
         }
         _ => None,
@@ -147,6 +155,7 @@ mod tests {
             completion_rate: Some(completion),
             ready_replicas: ready,
             saturated,
+            settled: true,
             stale_after_seconds: 1800.0,
         }
     }
@@ -214,6 +223,20 @@ mod tests {
             (exact.source, exact.per_replica_rate),
             (CapacitySource::Measured, 250.0)
         );
+    }
+
+    #[test]
+    fn completions_read_across_a_change_of_replicas_teach_nothing() {
+        // 28 replicas completed 2800/s until a scale-down to 14 a moment ago: the rate window
+        // still holds the 28, and 2800/14 would read as twice the real speed.
+        let measured = estimate(evidence(1400.0, 14, true), None, at(0)).expect("estimate");
+        let mut unsettled = evidence(2800.0, 14, false);
+        unsettled.settled = false;
+        let after = estimate(unsettled, measured.measured, at(60)).expect("estimate");
+        assert_eq!(after.per_replica_rate, 100.0);
+        let mut saturated = evidence(2800.0, 14, true);
+        saturated.settled = false;
+        assert_eq!(estimate(saturated, None, at(60)), None);
     }
 
     #[test]

@@ -1,25 +1,37 @@
 //! How many replicas to run, decided by the deadline: the cheapest count whose predicted
-//! oldest-age trajectory stays below the warning age, changed only when it must be or when the
+//! oldest-age trajectory stays below the age limit, changed only when it must be or when the
 //! change pays for its rebalance.
 //!
-//! - **Hold** the current count while it keeps the deadline if the recent past repeats, and
-//!   while the cap could still recover from the next decision should today's λ last about as
-//!   long as it already has. A short spike is absorbed by the time budget instead of by
-//!   replicas sized for a peak that is over.
-//! - **Scale up**, when holding fails, to the fewest replicas that keep the deadline at today's
-//!   λ and if the recent past repeats: one step, sized for what is observed.
-//! - **Scale down** only to a count that completes at least the recent mean λ, keeps the
-//!   deadline with a margin both at today's λ and if the recent past repeats, and saves more
-//!   replica-seconds over the horizon than its rebalance costs. At a constant λ that is the
-//!   smallest count that keeps up, so the decision settles; no count that falls behind is ever
-//!   entered and left again (the limit cycle of an economy mode).
+//! Replicas cost money only while they idle: every count that changes the partition
+//! assignment completes about the same events per replica-second while it has work. So the
+//! plan keeps consumers busy and spends the time the deadline leaves instead of replicas.
+//!
+//! - **Hold** the current count for as long as the deadline still allows acting at the next
+//!   decision: should today's λ last, the fewest replicas that complete it, started then, keep
+//!   the oldest age below the limit. When no count completes λ, the cap must, with λ lasting
+//!   about as long as it has so far. A peak that ends before that costs no replicas at all.
+//! - **Cost** of a count over the cost window (`economy_dwell`, at least the horizon): it runs
+//!   until holding it no longer leaves time to act, then the keep-up count runs for the rest,
+//!   with today's λ lasting about as long as it has and the recent past after that. Every
+//!   change pays its rebalance.
+//! - **Change** to the cheapest count the deadline allows: up to any count that leaves time to
+//!   act (even one still behind λ), down to one that also keeps a margin below the limit and
+//!   carries a peak that has returned lately (a load that alternates is not chased down at
+//!   its trough; a one-off peak is not expected back). When holding fails, the cheapest count
+//!   that brings the age back below the limit; the cap when none does.
+//! - **Economy** is a count that completes less than λ, entered by a scale-down: only when it
+//!   keeps the margin over the whole horizon, saves a tenth of what the keep-up count costs,
+//!   and economy was not left within `economy_dwell` at about the same load
+//!   ([`super::economy`]). So a steady load whose keep-up count idles is served for less,
+//!   with at most one planned pair of rebalances per dwell, and never a limit cycle.
+//! - Past the critical fraction of the deadline, the cap until the age is back.
 //!
 //! `targetDrainTime` bounds how long the events waiting now may wait: every plan completes
 //! them within it. It is not the speed every backlog is drained at.
 
 use super::demand_history::Replay;
-use super::drain::group_capacity;
-use super::trajectory::{Outlook, QueueNow, predict};
+use super::drain::{group_capacity, skewed_group_capacity};
+use super::trajectory::{Outlook, QueueNow, predict, predict_watching};
 
 /// What the plan starts from.
 #[derive(Clone, Copy, Debug)]
@@ -34,11 +46,21 @@ pub struct PlanInputs<'a> {
     /// Events per second one replica completes, after the share kept for retries.
     pub per_replica_rate: f64,
     pub partitions: u32,
+    /// The share of arrivals a hot partition receives, when one does (its consumer is then
+    /// the busiest).
+    pub hot_share: Option<f64>,
     /// spec.replicas, already within [floor, cap].
     pub current: u32,
     pub ready: u32,
+    /// Seconds until the pods already asked for (up to `current`) are expected ready.
+    pub starting_in: f64,
     pub floor: u32,
     pub cap: u32,
+    /// Whether economy may be entered now (enabled, and not left within its dwell).
+    pub economy_allowed: bool,
+    /// For each count below `current` (indexed by count), seconds until a scale-down to it
+    /// would be followed (the scale-down window); counts beyond the slice wait `down_delay`.
+    pub down_waits: &'a [f64],
 }
 
 /// The budget's limits and the workload's reaction times, in seconds.
@@ -46,6 +68,8 @@ pub struct PlanInputs<'a> {
 pub struct PlanSettings {
     /// warningAt × deadline: the oldest age no plan may predict.
     pub age_limit: f64,
+    /// criticalAt × deadline: past it, every replica the cap allows works until it recovers.
+    pub critical_age: f64,
     /// targetDrainTime: the events waiting now complete within it.
     pub drain_limit: f64,
     pub poll: f64,
@@ -54,25 +78,38 @@ pub struct PlanSettings {
     pub rebalance: f64,
     /// How far plans look ahead.
     pub horizon: f64,
+    /// scaling.scaleDownStabilization: how long a scale-down waits at most.
+    pub down_delay: f64,
+    /// How far costs are compared, and how long economy stays closed after it ended
+    /// (scaling.economyDwell; 0 = no economy).
+    pub economy_dwell: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanReason {
-    /// The current count keeps the deadline.
+    /// The current count keeps the deadline, or leaves time to act at the next decision.
     Holding,
-    /// The current count would not keep the deadline.
+    /// Holding any longer would let the oldest age pass the limit.
     ScaleUp,
     /// Fewer replicas keep it too, and the change pays for its rebalance.
     ScaleDown,
     /// Not even the cap keeps the deadline at today's λ.
     CapFallsShort,
+    /// The oldest event is past the critical fraction: the cap, until it recovers.
+    Recovering,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Plan {
     pub replicas: u32,
     pub reason: PlanReason,
-    /// The predicted trajectory at the chosen count (today's λ).
+    /// The chosen count completes less than today's λ: the age grows, within the limit,
+    /// until a scale-up to `keep_up`.
+    pub falls_behind: bool,
+    /// The fewest replicas that complete today's λ (none: not even the cap does).
+    pub keep_up: Option<u32>,
+    /// The predicted trajectory of the plan at today's λ: the chosen count, and the keep-up
+    /// count from the next decision when the chosen one falls behind.
     pub outlook: Outlook,
 }
 
@@ -81,79 +118,88 @@ const HOLD_AGE_SHARE: f64 = 0.9;
 /// Share of the age limit a lower count must stay under to be entered: the gap to
 /// `HOLD_AGE_SHARE` is the hysteresis between scaling down and holding.
 const DOWN_AGE_SHARE: f64 = 0.7;
+/// Economy must save at least this share of what the keep-up count costs over the dwell:
+/// less is within the error of the capacity estimate, and not worth two rebalances and an
+/// age near the warning fraction.
+const ECONOMY_MIN_SAVING: f64 = 0.1;
 
 pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     let planner = Planner { inputs, settings };
     let current = inputs.current;
-    let now_lambda = |_: f64| inputs.produce_rate;
-    let hold_limit = HOLD_AGE_SHARE * settings.age_limit;
-
-    let mean = if inputs.recent.is_empty() {
-        inputs.produce_rate
-    } else {
-        inputs.recent.mean()
-    };
-    // A count that falls behind is held while the deadline has room: a slowdown or a peak may
-    // be over before it matters. It is never entered by a scale-down, so holding it ends in
-    // one scale-up at most, not in a cycle.
-    // Should today's λ go on, the cap must still recover from the next decision. A level is
-    // expected to last about as long as it has lasted so far, then the recent past repeats:
-    // a spike seen for one poll is not planned as if it were the new load.
-    let persisting = |t: f64| {
-        if t < inputs.current_run_seconds + settings.poll {
-            inputs.produce_rate
-        } else {
-            planner.repeated(t)
-        }
-    };
-    let holds = planner.keeps(current, &persisting, hold_limit, true)
-        && planner.keeps(current, &|t| planner.repeated(t), hold_limit, false);
-    if holds {
-        let down_limit = DOWN_AGE_SHARE * settings.age_limit;
-        let mean = mean.max(inputs.produce_rate);
-        let lower_ok = |k: u32| {
-            planner.capacity(k) >= mean
-                && planner.keeps(k, &now_lambda, down_limit, true)
-                && planner.keeps(k, &|t| planner.repeated(t), down_limit, false)
-                && planner.saving(current, k) > 0.0
-        };
-        if let Some(lower) = smallest(inputs.floor, current.saturating_sub(1), lower_ok)
-            && lower < current
-        {
-            return planner.outcome(lower, PlanReason::ScaleDown);
-        }
-        return planner.outcome(current, PlanReason::Holding);
+    if inputs.queue.backlog > 0.0 && inputs.queue.oldest_age >= settings.critical_age {
+        return planner.outcome(inputs.cap.max(current), PlanReason::Recovering);
     }
-    // Sized for today's λ over the whole horizon: one step, not a staircase that follows a
-    // rising estimate of how long the level lasts.
-    let enough = |k: u32| {
-        planner.capacity(k) >= mean
-            && planner.keeps(k, &now_lambda, hold_limit, false)
-            && planner.keeps(k, &|t| planner.repeated(t), hold_limit, false)
-    };
-    match smallest(current.saturating_add(1), inputs.cap, enough) {
-        Some(k) => planner.outcome(k, PlanReason::ScaleUp),
-        None if current >= inputs.cap => planner.outcome(current, PlanReason::CapFallsShort),
-        None => planner.outcome(inputs.cap, PlanReason::CapFallsShort),
+    let hold_limit = HOLD_AGE_SHARE * settings.age_limit;
+    let holds = planner.holds(current, hold_limit);
+    if holds && let Some(lower) = cheaper_lower_count(&planner, hold_limit) {
+        return planner.outcome(lower, PlanReason::ScaleDown);
+    }
+    // A scale-up that comes when the age is already past the limit must stop its growth
+    // once the new pods work; no count can undo the age events already have.
+    let up_limit = hold_limit.max(inputs.queue.oldest_age + planner.reaction_seconds());
+    let keep_up_cost = planner.keep_up_count().map(|k| planner.cost(k, hold_limit));
+    let higher = planner
+        .useful(current.saturating_add(1), inputs.cap)
+        .filter(|&k| planner.holds(k, up_limit))
+        .map(|k| (k, planner.cost(k, hold_limit)))
+        .filter(|&(k, cost)| planner.economy_worth(k, cost, keep_up_cost))
+        .map(|(k, cost)| (k, cost + settings.rebalance * f64::from(k)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    match higher {
+        Some((k, cost)) if holds && cost < planner.cost(current, hold_limit) => {
+            planner.outcome(k, PlanReason::ScaleUp)
+        }
+        _ if holds => planner.outcome(current, PlanReason::Holding),
+        Some((k, _)) if k < inputs.cap || planner.keep_up_count().is_some() => {
+            planner.outcome(k, PlanReason::ScaleUp)
+        }
+        _ => planner.outcome(inputs.cap.max(current), PlanReason::CapFallsShort),
     }
 }
 
-/// The smallest k in [low, high] for which `ok` holds, assuming `ok` is monotone in k (more
-/// replicas never keep the deadline worse); `None` when even `high` fails.
-fn smallest(low: u32, high: u32, ok: impl Fn(u32) -> bool) -> Option<u32> {
-    if low > high || !ok(high) {
-        return None;
-    }
-    let (mut low, mut high) = (low, high);
-    while low < high {
-        let middle = low + (high - low) / 2;
-        if ok(middle) {
-            high = middle;
-        } else {
-            low = middle + 1;
-        }
-    }
-    Some(high)
+/// The cheapest count below the current one that the deadline allows, if it costs less than
+/// holding. A scale-down is followed only after the scale-down window, so each count is judged
+/// by the queue it will meet then: a backlog that drains meanwhile leads to one step down, not
+/// a staircase that follows the drain.
+fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
+    let (inputs, settings) = (planner.inputs, planner.settings);
+    let current = inputs.current;
+    let lambda = inputs.produce_rate;
+    let down_limit = DOWN_AGE_SHARE * settings.age_limit;
+    planner
+        .useful(inputs.floor, current.saturating_sub(1))
+        .filter_map(|k| {
+            let wait = planner.down_wait(k);
+            let outlook = planner.predict(current, current, &|_| lambda, wait);
+            let later_inputs = PlanInputs {
+                queue: QueueNow {
+                    backlog: outlook.end_backlog,
+                    oldest_age: outlook.end_age,
+                },
+                ready: if wait > 0.0 { current } else { inputs.ready },
+                starting_in: (inputs.starting_in - wait).max(0.0),
+                ..*inputs
+            };
+            let later = Planner {
+                inputs: &later_inputs,
+                settings,
+            };
+            let falls_behind = later.capacity(k) < lambda;
+            let allowed = later.holds(k, hold_limit)
+                && later.carries_returning_peaks(k, down_limit)
+                && (!falls_behind
+                    || (inputs.economy_allowed && later.economy_lasts(k, down_limit)));
+            if !allowed {
+                return None;
+            }
+            let cost = later.cost(k, hold_limit);
+            let keep_up_cost = later.keep_up_count().map(|up| later.cost(up, hold_limit));
+            let cheaper =
+                cost + settings.rebalance * f64::from(k) < later.cost(current, hold_limit);
+            (cheaper && later.economy_worth(k, cost, keep_up_cost)).then_some((k, cost))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(k, _)| k)
 }
 
 struct Planner<'p, 'a> {
@@ -163,11 +209,33 @@ struct Planner<'p, 'a> {
 
 impl Planner<'_, '_> {
     fn capacity(&self, replicas: u32) -> f64 {
-        group_capacity(
-            replicas,
-            self.inputs.partitions,
-            self.inputs.per_replica_rate,
-        )
+        let (partitions, rate) = (self.inputs.partitions, self.inputs.per_replica_rate);
+        match self.inputs.hot_share {
+            Some(share) => skewed_group_capacity(replicas, partitions, rate, share),
+            None => group_capacity(replicas, partitions, rate),
+        }
+    }
+
+    /// The counts that change the partition assignment in [low, high], ascending.
+    fn useful(&self, low: u32, high: u32) -> impl Iterator<Item = u32> + '_ {
+        (low.max(1)..=high)
+            .filter(move |&k| k == self.inputs.floor || self.capacity(k) > self.capacity(k - 1))
+    }
+
+    /// The smallest count that keeps up with today's λ, if any does: one that completes
+    /// exactly λ keeps the backlog and its age where they are.
+    fn keep_up_count(&self) -> Option<u32> {
+        let lambda = self.inputs.produce_rate;
+        self.useful(self.inputs.floor, self.inputs.cap)
+            .find(|&k| self.capacity(k) >= lambda)
+    }
+
+    fn recent_mean(&self) -> f64 {
+        if self.inputs.recent.is_empty() {
+            self.inputs.produce_rate
+        } else {
+            self.inputs.recent.mean()
+        }
     }
 
     /// λ if the recent past repeats, after today's λ until the next decision.
@@ -179,14 +247,131 @@ impl Planner<'_, '_> {
         }
     }
 
+    /// Today's λ for about as long as it has lasted so far, then the recent past repeating:
+    /// a peak seen for one poll is not planned as the new load.
+    fn persisting(&self, t: f64) -> f64 {
+        if t < self.inputs.current_run_seconds + self.settings.poll {
+            self.inputs.produce_rate
+        } else {
+            self.repeated(t)
+        }
+    }
+
+    /// A load that rose above what `replicas` completes more than once lately is expected
+    /// to do so again: then `replicas` must carry its next period itself, since the peak
+    /// returns before a scale-up pays off (a one-off peak is left to the next decisions).
+    fn carries_returning_peaks(&self, replicas: u32, limit: f64) -> bool {
+        let Some(period) = self.inputs.recent.recurring_above(self.capacity(replicas)) else {
+            return true;
+        };
+        let poll = self.settings.poll;
+        let lambda = self.inputs.produce_rate;
+        let arrivals = |t: f64| {
+            if t < poll {
+                lambda
+            } else {
+                period.rate_at(t - poll)
+            }
+        };
+        self.keeps(replicas, &arrivals, limit, self.settings.horizon)
+    }
+
+    /// Holding `current` until the next decision leaves the deadline reachable: should
+    /// today's λ last, the smallest count that keeps up with it, started at the next
+    /// decision, keeps the age below `limit`; when none keeps up, the cap does if today's λ
+    /// lasts about as long as it has.
+    fn holds(&self, current: u32, limit: f64) -> bool {
+        let lambda = self.inputs.produce_rate;
+        let horizon = self.settings.horizon;
+        match self.keep_up_count() {
+            // Only the cap completes λ, and no more: what waits when it starts never drains.
+            Some(next) if next >= self.inputs.cap && self.capacity(next) <= lambda => {
+                current >= self.inputs.cap
+            }
+            Some(next) => self.keeps_then(current, next.max(current), &|_| lambda, limit, horizon),
+            // A load the cap cannot carry on average ages the backlog at every count: each
+            // second below the cap only makes the breach bigger.
+            None if self.recent_mean() >= self.capacity(self.inputs.cap) => {
+                current >= self.inputs.cap
+            }
+            None => self.keeps_then(
+                current,
+                self.inputs.cap,
+                &|t| self.persisting(t),
+                limit,
+                horizon,
+            ),
+        }
+    }
+
+    /// From deciding to scale up until the new count works: the next decision may see data
+    /// a poll old, then pods start and the group rebalances.
+    fn reaction_seconds(&self) -> f64 {
+        2.0 * self.settings.poll + self.settings.pod_start + self.settings.rebalance
+    }
+
+    /// Replica-seconds `replicas` is expected to cost over the cost window: it runs until
+    /// holding it no longer leaves time to act, then the count that keeps up (the cap when
+    /// none does) runs for the rest of the window, after its rebalance.
+    fn cost(&self, replicas: u32, limit: f64) -> f64 {
+        let window = self.cost_window();
+        let react = self.reaction_seconds();
+        let outlook = predict_watching(
+            self.inputs.queue,
+            |t| self.persisting(t),
+            |t| self.transition(self.inputs.ready, replicas, t),
+            window,
+            (window / 150.0).max(1.0),
+            (limit - react).max(0.0),
+        );
+        let after = self
+            .keep_up_count()
+            .unwrap_or(self.inputs.cap)
+            .max(replicas);
+        match outlook.reached_at {
+            Some(at) if at < window && after > replicas => {
+                f64::from(replicas) * at
+                    + f64::from(after) * (window - at)
+                    + self.settings.rebalance * f64::from(after)
+            }
+            _ => f64::from(replicas) * window,
+        }
+    }
+
+    /// A count that falls behind must save at least [`ECONOMY_MIN_SAVING`] of what the
+    /// keep-up count costs: it is worth its rebalances and an age near the limit.
+    fn economy_worth(&self, replicas: u32, cost: f64, keep_up_cost: Option<f64>) -> bool {
+        self.capacity(replicas) >= self.inputs.produce_rate
+            || keep_up_cost.is_none_or(|keep_up| cost <= (1.0 - ECONOMY_MIN_SAVING) * keep_up)
+    }
+
+    fn cost_window(&self) -> f64 {
+        self.settings.economy_dwell.max(self.settings.horizon)
+    }
+
+    /// Economy keeps the age below `limit` at today's λ over the horizon and for at least
+    /// half the dwell: each planned pair of rebalances buys that much, so at a constant load
+    /// economy and the keep-up count each last at least half a dwell.
+    fn economy_lasts(&self, replicas: u32, limit: f64) -> bool {
+        let lambda = self.inputs.produce_rate;
+        let stay = self.settings.horizon.max(self.settings.economy_dwell / 2.0);
+        self.keeps(replicas, &|_| lambda, limit, stay)
+    }
+
     /// Completion capacity t seconds after going from `ready` ready replicas to `to`:
     /// new pods start, then everyone stops for the rebalance.
     fn transition(&self, ready: u32, to: u32, t: f64) -> f64 {
         let settings = self.settings;
         if to > ready {
-            if t < settings.pod_start {
+            // Pods asked for earlier are partly started already.
+            let start = if to <= self.inputs.current {
+                self.inputs.starting_in.clamp(0.0, settings.pod_start)
+            } else {
+                settings.pod_start
+            };
+            if t < start {
                 self.capacity(ready)
-            } else if t < settings.pod_start + settings.rebalance {
+            } else if t < start + settings.rebalance {
                 0.0
             } else {
                 self.capacity(to)
@@ -198,35 +383,60 @@ impl Planner<'_, '_> {
         }
     }
 
-    /// Running `replicas` from now (and, with `then_cap`, the cap from the next decision on)
-    /// keeps the oldest age below `age_limit` and completes what waits now within the drain
-    /// limit.
+    /// Running `replicas` from now keeps the oldest age below `age_limit` over `horizon`
+    /// and completes what waits now within the drain limit.
     fn keeps(
         &self,
         replicas: u32,
         arrivals: &dyn Fn(f64) -> f64,
         age_limit: f64,
-        then_cap: bool,
+        horizon: f64,
     ) -> bool {
-        let outlook = self.predict(replicas, arrivals, then_cap);
+        self.keeps_then(replicas, replicas, arrivals, age_limit, horizon)
+    }
+
+    /// Running `now` until the next decision and `then` from it keeps the oldest age below
+    /// `age_limit` over `horizon` and completes what waits now within the drain limit.
+    fn keeps_then(
+        &self,
+        now: u32,
+        then: u32,
+        arrivals: &dyn Fn(f64) -> f64,
+        age_limit: f64,
+        horizon: f64,
+    ) -> bool {
+        let outlook = self.predict(now, then, arrivals, horizon);
         outlook.peak_age <= age_limit
             && outlook
                 .drained_at
                 .is_some_and(|t| t <= self.settings.drain_limit.max(self.settings.poll))
     }
 
-    fn predict(&self, replicas: u32, arrivals: &dyn Fn(f64) -> f64, then_cap: bool) -> Outlook {
-        let (ready, cap, poll) = (self.inputs.ready, self.inputs.cap, self.settings.poll);
-        let horizon = self.settings.horizon;
+    /// `now` until the next decision, then `then`. The next decision may act on data a poll
+    /// old: `then` is assumed from two polls on.
+    fn predict(&self, now: u32, then: u32, arrivals: &dyn Fn(f64) -> f64, horizon: f64) -> Outlook {
+        self.predict_switching(now, then, 2.0 * self.settings.poll, arrivals, horizon)
+    }
+
+    /// `now` until `switch_at` seconds from now, then `then`.
+    fn predict_switching(
+        &self,
+        now: u32,
+        then: u32,
+        switch_at: f64,
+        arrivals: &dyn Fn(f64) -> f64,
+        horizon: f64,
+    ) -> Outlook {
+        let ready = self.inputs.ready;
         predict(
             self.inputs.queue,
             arrivals,
             |t| {
-                if then_cap && t >= poll {
-                    let ready_then = if replicas > ready { ready } else { replicas };
-                    self.transition(ready_then, cap, t - poll)
+                if then != now && t >= switch_at {
+                    let ready_then = if now > ready { ready } else { now };
+                    self.transition(ready_then, then, t - switch_at)
                 } else {
-                    self.transition(ready, replicas, t)
+                    self.transition(ready, now, t)
                 }
             },
             horizon,
@@ -234,18 +444,37 @@ impl Planner<'_, '_> {
         )
     }
 
-    /// Replica-seconds a lower count saves over the horizon, less what its rebalance costs
-    /// (every remaining consumer stops for it).
-    fn saving(&self, from: u32, to: u32) -> f64 {
-        f64::from(from.saturating_sub(to)) * self.settings.horizon
-            - f64::from(to) * self.settings.rebalance
+    /// How long a scale-down to `replicas` asked for now waits for the scale-down window.
+    fn down_wait(&self, replicas: u32) -> f64 {
+        self.inputs
+            .down_waits
+            .get(replicas as usize)
+            .copied()
+            .unwrap_or(self.settings.down_delay)
+            .clamp(0.0, self.settings.down_delay)
     }
 
     fn outcome(&self, replicas: u32, reason: PlanReason) -> Plan {
-        let outlook = self.predict(replicas, &|_| self.inputs.produce_rate, false);
+        let lambda = self.inputs.produce_rate;
+        let keep_up = self.keep_up_count();
+        let falls_behind = self.capacity(replicas) < lambda;
+        let then = match keep_up {
+            Some(k) if falls_behind => k.max(replicas),
+            _ => replicas,
+        };
+        // A scale-down is followed once its window lets it: the current count until then.
+        let outlook = if reason == PlanReason::ScaleDown {
+            let current = self.inputs.current;
+            let wait = self.down_wait(replicas);
+            self.predict_switching(current, replicas, wait, &|_| lambda, self.settings.horizon)
+        } else {
+            self.predict(replicas, then, &|_| lambda, self.settings.horizon)
+        };
         Plan {
             replicas,
             reason,
+            falls_behind,
+            keep_up,
             outlook,
         }
     }

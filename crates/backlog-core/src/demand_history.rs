@@ -129,6 +129,45 @@ impl Replay {
         }
     }
 
+    /// The load's last period, when λ rose above `level` at least twice within the window
+    /// (with a run at or below it in between): the replay of the time between the last two
+    /// rises, which is what the next period is expected to look like. `None` for a rise seen
+    /// once: a one-off peak is not expected back.
+    pub fn recurring_above(&self, level: f64) -> Option<Replay> {
+        let rises: Vec<f64> = self
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, rate))| {
+                *rate > level
+                    && i.checked_sub(1)
+                        .and_then(|before| self.steps.get(before))
+                        .is_some_and(|(_, previous)| *previous <= level)
+            })
+            .map(|(_, (start, _))| *start)
+            .collect();
+        let [.., previous, last] = rises.as_slice() else {
+            return None;
+        };
+        let period = last - previous;
+        if period <= 0.0 {
+            return None;
+        }
+        // The replay starts one period ago: the rate in effect then, then what followed.
+        let from = self.span - period;
+        let mut steps = vec![(0.0, self.rate_at(from))];
+        steps.extend(
+            self.steps
+                .iter()
+                .filter(|(start, _)| *start > from)
+                .map(|(start, rate)| (start - from, *rate)),
+        );
+        Some(Replay {
+            steps,
+            span: period,
+        })
+    }
+
     pub fn peak(&self) -> f64 {
         self.steps.iter().map(|(_, r)| *r).fold(0.0, f64::max)
     }
@@ -185,6 +224,38 @@ mod tests {
         let replay = Replay::new(&history, at(900), 360.0, 15.0);
         assert_eq!(replay.rate_at(10.0), 500.0);
         assert!((replay.mean() - 500.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_peak_that_returns_is_replayed_with_its_period() {
+        // 2000/s for 2 minutes every 5 minutes over a base of 500/s, now 1 minute into a trough.
+        let mut history = Vec::new();
+        for cycle in 0..3 {
+            history.push(DemandSample {
+                at: at(300 * cycle),
+                rate: 2000.0,
+            });
+            history.push(DemandSample {
+                at: at(300 * cycle + 120),
+                rate: 500.0,
+            });
+        }
+        let now = at(300 * 2 + 180);
+        let replay = Replay::new(&history, now, 1800.0, 15.0);
+        let periodic = replay.recurring_above(1000.0).expect("the peak returned");
+        // One period ago it was 1 minute into the previous trough: 2 more minutes of 500/s,
+        // then the next peak.
+        assert_eq!(periodic.rate_at(0.0), 500.0);
+        assert_eq!(periodic.rate_at(110.0), 500.0);
+        assert_eq!(periodic.rate_at(130.0), 2000.0);
+        assert_eq!(periodic.rate_at(300.0 + 130.0), 2000.0);
+        assert!(
+            (periodic.mean() - 1100.0).abs() < 1e-9,
+            "{}",
+            periodic.mean()
+        );
+        // Nothing rose above 2500/s.
+        assert_eq!(replay.recurring_above(2500.0), None);
     }
 
     proptest! {

@@ -33,6 +33,27 @@ pub fn group_capacity(replicas: u32, partitions: u32, per_replica_rate: f64) -> 
     per_replica_rate * f64::from(partitions) / f64::from(busiest)
 }
 
+/// [`group_capacity`] when one partition receives `hot_share` of all arrivals and the others
+/// share the rest evenly: the λ at which the busiest consumer (the hot partition's owner, or
+/// one owning the most other partitions) saturates. Its owner owns ⌈P/n⌉ partitions.
+pub fn skewed_group_capacity(
+    replicas: u32,
+    partitions: u32,
+    per_replica_rate: f64,
+    hot_share: f64,
+) -> f64 {
+    if replicas == 0 || partitions < 2 || !(0.0..=1.0).contains(&hot_share) {
+        return group_capacity(replicas, partitions, per_replica_rate);
+    }
+    let owned = f64::from(partitions.div_ceil(replicas.min(partitions)));
+    let other_share = (1.0 - hot_share) / f64::from(partitions - 1);
+    let busiest = (hot_share + (owned - 1.0) * other_share).max(owned * other_share);
+    if busiest <= 0.0 {
+        return group_capacity(replicas, partitions, per_replica_rate);
+    }
+    per_replica_rate / busiest
+}
+
 /// How consumers fall behind when arrivals exceed what some of them can do.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Shortfall {
@@ -150,6 +171,24 @@ mod tests {
         assert_eq!(group_capacity(6, 12, 250.0), 1500.0);
         assert_eq!(group_capacity(20, 12, 250.0), 3000.0);
         assert_eq!(group_capacity(3, 16, 250.0), 250.0 * 16.0 / 6.0);
+    }
+
+    #[test]
+    fn a_hot_partition_sets_the_capacity_through_its_owner() {
+        // 8 partitions, partition 0 receives 9/16 of the arrivals: its owner keeps up only
+        // once it owns little else (2 replicas: 4 partitions, 3: 3, 4: 2, 8: 1).
+        let share = 9.0 / 16.0;
+        let capacity = |k| skewed_group_capacity(k, 8, 250.0, share);
+        assert!((capacity(2) - 250.0 / (12.0 / 16.0)).abs() < 1e-9);
+        assert!((capacity(4) - 250.0 / (10.0 / 16.0)).abs() < 1e-9);
+        assert!((capacity(8) - 250.0 / share).abs() < 1e-9);
+        // Even shares are the plain group capacity.
+        for k in 1..=8 {
+            assert!(
+                (skewed_group_capacity(k, 8, 250.0, 1.0 / 8.0) - group_capacity(k, 8, 250.0)).abs()
+                    < 1e-9
+            );
+        }
     }
 
     #[test]

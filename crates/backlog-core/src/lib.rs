@@ -16,7 +16,9 @@ pub mod condition;
 pub mod deadline_plan;
 pub mod demand_history;
 pub mod drain;
+
 pub mod duration;
+pub mod economy;
 pub mod event_class;
 pub mod format;
 pub mod go_duration;

@@ -31,13 +31,28 @@ pub struct Skew {
     pub share: f64,
     /// What the other partitions hold, scaled to the backlog the decision uses.
     pub others_backlog: f64,
+    /// What the hot partition holds, on the same scale.
+    pub hot_backlog: f64,
+}
+
+impl Skew {
+    /// The hot partition's arrivals, estimated from its backlog and the oldest age: a
+    /// partition whose head is `oldest_age` old holds what arrived since (it is the one with
+    /// the oldest head). `None` without an age to divide by.
+    pub fn hot_rate(&self, oldest_age: f64, produce_rate: f64) -> Option<f64> {
+        (oldest_age > 0.0 && oldest_age.is_finite())
+            .then(|| (self.hot_backlog / oldest_age).min(produce_rate.max(0.0)))
+    }
 }
 
 /// Share of the backlog above which one partition is hot.
 const HOT_SHARE: f64 = 0.5;
+/// The hot partition holds at least this many times what the next one does: partitions its
+/// consumer also owns lag with it, but each by its own smaller rate.
+const HOT_OVER_NEXT: f64 = 3.0;
 
 /// The skew, if one partition holds at least half of the backlog, the backlog is more than
-/// `noise` events (what is merely in flight), and no other partition holds a tenth of the hot
+/// `noise` events (what is merely in flight), and no other partition holds a third of the hot
 /// one's. `scaling_backlog` is the backlog the decision works on (paused classes excluded).
 pub fn detect(samples: &[PartitionSample], scaling_backlog: f64, noise: f64) -> Option<Skew> {
     let valid = samples
@@ -59,7 +74,7 @@ pub fn detect(samples: &[PartitionSample], scaling_backlog: f64, noise: f64) -> 
         .filter(|s| !std::ptr::eq(*s, hot))
         .map(|s| s.backlog)
         .fold(0.0, f64::max);
-    if share < HOT_SHARE || busiest_other * 10.0 > hot.backlog {
+    if share < HOT_SHARE || busiest_other * HOT_OVER_NEXT > hot.backlog {
         return None;
     }
     let others = total - hot.backlog;
@@ -67,6 +82,7 @@ pub fn detect(samples: &[PartitionSample], scaling_backlog: f64, noise: f64) -> 
         partition: hot.partition.clone(),
         share,
         others_backlog: (others / total * scaling_backlog).max(0.0),
+        hot_backlog: (share * scaling_backlog).max(0.0),
     })
 }
 
@@ -97,6 +113,24 @@ mod tests {
             detect(&samples(&[40_000.0, 30_000.0, 0.0]), 70_000.0, 1000.0),
             None
         );
+        assert_eq!(
+            detect(&samples(&[40_000.0, 14_000.0, 0.0]), 54_000.0, 1000.0),
+            None
+        );
+    }
+
+    #[test]
+    fn the_hot_partitions_rate_follows_from_its_backlog_and_the_oldest_age() {
+        // Partition 0 holds 23 000 events whose oldest is 100 s old: about 230/s arrive there.
+        let skew = detect(
+            &samples(&[23_000.0, 2_560.0, 0.0, 2_560.0]),
+            28_120.0,
+            400.0,
+        )
+        .expect("skew");
+        let rate = skew.hot_rate(100.0, 410.0).expect("a rate");
+        assert!((rate - 230.0).abs() < 1e-6, "{rate}");
+        assert_eq!(skew.hot_rate(0.0, 410.0), None);
     }
 
     proptest! {

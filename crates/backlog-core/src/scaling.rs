@@ -16,11 +16,14 @@ use super::demand_history::{self, DemandSample, Replay};
 use super::drain::{
     drain_seconds, drain_window, estimate_oldest_age, group_capacity, unbounded_replicas_for,
 };
+use super::economy::{self, EconomyMemory};
 use super::format::{seconds, si};
 use super::metric_input::{MetricProblem, MissingInput, Observation, single_value};
 use super::partition_skew::{self, PartitionSample, Skew};
 use super::phase::BudgetPhase;
-use super::stabilization::{WindowSettings, Windows, seconds_between, stabilize};
+use super::stabilization::{
+    Stabilized, WindowSettings, Windows, down_wait, seconds_between, stabilize,
+};
 use super::trajectory::QueueNow;
 
 pub const METRICS_AVAILABLE: &str = "MetricsAvailable";
@@ -83,6 +86,11 @@ pub struct ScalingMemory {
     pub pods_pending_since: Option<Timestamp>,
     /// How long the last scale-up took until every pod was ready (status.podStartSeconds).
     pub pod_start_seconds: Option<f64>,
+    /// Since when work has waited beyond what the consumers complete in two polls
+    /// (status.capacity.busySince).
+    pub busy_since: Option<Timestamp>,
+    /// The current stretch of economy and when the last one ended (status.economy).
+    pub economy: EconomyMemory,
 }
 
 /// The numbers the decision used.
@@ -243,6 +251,13 @@ fn metrics_unavailable(
     }
 }
 
+impl Values {
+    /// What `replicas` complete together, at `rate` per replica.
+    fn partition_capacity(&self, replicas: u32, rate: f64) -> f64 {
+        group_capacity(replicas, self.partitions, rate)
+    }
+}
+
 /// The inputs, validated.
 struct Values {
     used: UsedValues,
@@ -253,6 +268,7 @@ struct Values {
     partitions: u32,
     per_replica_rate: f64,
     capacity_measured: Option<MeasuredCapacity>,
+    busy_since: Option<Timestamp>,
 }
 
 /// What one poll's queries gave: the validated values, or what is missing.
@@ -353,20 +369,26 @@ fn gather(
         .partition_backlogs
         .as_ref()
         .is_none_or(|samples| samples.iter().all(|p| p.backlog > 0.0));
-    let saturated = settled
-        && every_partition_busy
+    let busy = every_partition_busy
         && match (completion_rate, used.scaling_backlog) {
             (Some(completed), Some(b)) => {
                 completed > 0.0 && b > completed * 2.0 * config.poll_interval_seconds
             }
             _ => false,
         };
+    // The completion rate spans a window: it is the consumers' capacity once they have been
+    // busy for all of it, not when work has just begun to wait.
+    let busy_since = busy.then(|| memory.busy_since.unwrap_or(now));
+    let saturated = settled
+        && busy_since
+            .is_some_and(|since| seconds_between(since, now) >= rate_window_seconds(config));
     let capacity = estimate_capacity(
         CapacityEvidence {
             configured: config.per_replica_rate,
             completion_rate,
             ready_replicas: ready,
             saturated,
+            settled,
             stale_after_seconds: 2.0 * config.scale_down_stabilization_seconds.max(300.0),
         },
         memory.capacity,
@@ -445,6 +467,7 @@ fn gather(
                 partitions,
                 per_replica_rate: rate,
                 capacity_measured: capacity.and_then(|c| c.measured),
+                busy_since,
                 used: used.clone(),
             })
         }
@@ -460,7 +483,13 @@ fn gather(
 /// Time after a change of replicas before a completion rate reflects the new count: pods
 /// starting, the rebalance, then a whole typical one-minute rate window.
 fn measurement_settle_seconds(config: &BudgetConfig) -> f64 {
-    2.0 * 60.0_f64.max(2.0 * config.poll_interval_seconds) + config.rebalance_cost_seconds
+    2.0 * rate_window_seconds(config) + config.rebalance_cost_seconds
+}
+
+/// The rate window the completion rate is assumed to span: a typical `rate(…[1m])`, and at
+/// least two polls.
+fn rate_window_seconds(config: &BudgetConfig) -> f64 {
+    60.0_f64.max(2.0 * config.poll_interval_seconds)
 }
 
 fn missing_push(missing: &mut Vec<MissingInput>, field: &str, reason: &str) {
@@ -492,13 +521,31 @@ fn scale(
     let demand = demand_history::record(&memory.demand, lambda, now, window, min_run);
     let recent = Replay::new(&demand, now, window, config.poll_interval_seconds);
 
-    // A hot partition's backlog is one consumer's work whatever the count: the count is what
-    // the other partitions need. A backlog below a second of arrivals is in flight, not skew.
+    // A hot partition (a backlog below a second of arrivals is in flight, not skew). When it
+    // alone receives more than one consumer completes, its backlog is one consumer's work
+    // whatever the count, so the count is what the other partitions need. Otherwise its
+    // consumer keeps up once it owns little else: the count is planned with the hot
+    // partition's share of arrivals.
     let skew = inputs
         .partition_backlogs
         .as_deref()
-        .and_then(|samples| partition_skew::detect(samples, values.scaling_backlog, lambda));
-    let queue = match &skew {
+        .and_then(|samples| partition_skew::detect(samples, values.scaling_backlog, lambda))
+        .map(|skew| {
+            let hot_rate = skew.hot_rate(values.oldest_age, lambda);
+            let helped = hot_rate.is_some_and(|hot| hot < capacity);
+            HotPartition {
+                skew,
+                hot_rate,
+                helped,
+            }
+        });
+    let hot_share = skew
+        .as_ref()
+        .filter(|hot| hot.helped && lambda > 0.0)
+        .and_then(|hot| hot.hot_rate)
+        .map(|hot| hot / lambda);
+    let unhelped = skew.as_ref().filter(|hot| !hot.helped).map(|hot| &hot.skew);
+    let queue = match unhelped {
         Some(skew) => QueueNow {
             backlog: skew.others_backlog,
             oldest_age: estimate_oldest_age(
@@ -510,18 +557,39 @@ fn scale(
         None => QueueNow {
             backlog: values.scaling_backlog,
             oldest_age: values.oldest_age,
-        },
+        }
+        .as_oldest_partition_sees_it(lambda),
+    };
+    let pod_start = memory
+        .pod_start_seconds
+        .unwrap_or(DEFAULT_POD_START_SECONDS);
+    let starting_in = match memory.pods_pending_since {
+        Some(since) if ready < bounded => (pod_start - seconds_between(since, now)).max(0.0),
+        _ => pod_start,
     };
     let settings = PlanSettings {
         age_limit: config.warning_at * config.deadline_seconds,
+        critical_age: config.critical_at * config.deadline_seconds,
         drain_limit: config.target_drain_seconds,
         poll: config.poll_interval_seconds,
-        pod_start: memory
-            .pod_start_seconds
-            .unwrap_or(DEFAULT_POD_START_SECONDS),
+        pod_start,
         rebalance: config.rebalance_cost_seconds,
         horizon: plan_horizon_seconds(config),
+        down_delay: config.scale_down_stabilization_seconds,
+        economy_dwell: config.economy_dwell_seconds,
     };
+    // How long a scale-down to each count would wait for the window, if asked now.
+    let down_waits: Vec<f64> = (0..=cap)
+        .map(|k| {
+            down_wait(
+                &memory.windows.down,
+                bounded,
+                k,
+                config.scale_down_stabilization_seconds,
+                now,
+            )
+        })
+        .collect();
     let planned = plan(
         &PlanInputs {
             queue,
@@ -532,14 +600,17 @@ fn scale(
                 .map_or(0.0, |run| seconds_between(run.at, now).max(0.0)),
             per_replica_rate: capacity,
             partitions: values.partitions,
+            hot_share,
             current: bounded,
             ready,
+            starting_in,
             floor,
             cap,
+            economy_allowed: economy::allowed(&memory.economy, config.economy_dwell_seconds, now),
+            down_waits: &down_waits,
         },
         &settings,
     );
-
     let undrainable = lambda > 0.0
         && group_capacity(cap, values.partitions, rate) <= lambda
         && !values.used.per_replica_rate_is_lower_bound();
@@ -558,7 +629,7 @@ fn scale(
     // Even when λ now exceeds what the cap completes, the count is the plan's: a spike above
     // the cap is absorbed by the time budget when the recent past says it is one.
     let mut recommendation = planned.replicas;
-    if skew.is_some() {
+    if unhelped.is_some() {
         // The hot partition neither drives the count up nor takes replicas away: with fewer
         // consumers its owner would own more partitions again.
         recommendation = recommendation.max(bounded);
@@ -574,17 +645,30 @@ fn scale(
     } else {
         config.scale_up_stabilization_seconds
     };
-    let stabilized = stabilize(
-        bounded,
-        recommendation,
-        &memory.windows,
-        WindowSettings {
-            up_seconds: up_window,
-            down_seconds: config.scale_down_stabilization_seconds,
-            poll_seconds: config.poll_interval_seconds,
-        },
-        now,
-    );
+    // Replicas that change no partition's owner complete nothing more: dropping them costs
+    // no capacity, so it does not wait for the scale-down window.
+    let idle_only = recommendation < bounded
+        && group_capacity(recommendation, values.partitions, capacity)
+            >= group_capacity(bounded, values.partitions, capacity);
+    let stabilized = if idle_only {
+        Stabilized {
+            replicas: recommendation,
+            waiting_seconds: None,
+            windows: Windows::default(),
+        }
+    } else {
+        stabilize(
+            bounded,
+            recommendation,
+            &memory.windows,
+            WindowSettings {
+                up_seconds: up_window,
+                down_seconds: config.scale_down_stabilization_seconds,
+                poll_seconds: config.poll_interval_seconds,
+            },
+            now,
+        )
+    };
     let (windows, waiting) = (stabilized.windows, stabilized.waiting_seconds);
     let mut target = stabilized.replicas;
     if config.max_step > 0 {
@@ -689,7 +773,7 @@ fn scale(
         ConditionSpec::new(CONFLICT, Truth::False, "NoOtherAutoscaler", ""),
     ];
     if inputs.partition_backlogs.is_some() {
-        conditions.push(skew_condition(skew.as_ref()));
+        conditions.push(skew_condition(skew.as_ref(), target));
     }
 
     let scaled_up = target > current;
@@ -734,16 +818,26 @@ fn scale(
             },
             demand,
             capacity: values.capacity_measured,
+            busy_since: values.busy_since,
             pods_pending_since,
             pod_start_seconds,
+            economy: economy::record(
+                &memory.economy,
+                group_capacity(target, values.partitions, capacity) < lambda,
+                target > current,
+                lambda / capacity,
+                now,
+            ),
         },
         used: values.used,
     }
 }
 
-/// How far back λ is remembered: a load that returns within it is planned for.
+/// How far back λ is remembered: long enough to see a peak return within a plan's horizon.
 fn demand_window_seconds(config: &BudgetConfig) -> f64 {
-    (2.0 * config.scale_down_stabilization_seconds).max(8.0 * config.poll_interval_seconds)
+    (2.0 * plan_horizon_seconds(config))
+        .max(2.0 * config.scale_down_stabilization_seconds)
+        .max(8.0 * config.poll_interval_seconds)
 }
 
 /// How far plans look ahead: long enough that a count which falls behind shows it, and that
@@ -756,19 +850,41 @@ fn plan_horizon_seconds(config: &BudgetConfig) -> f64 {
         + config.rebalance_cost_seconds
 }
 
-fn skew_condition(skew: Option<&Skew>) -> ConditionSpec {
-    match skew {
-        Some(skew) => ConditionSpec::new(
+/// A hot partition, what it receives, and whether more consumers help it.
+struct HotPartition {
+    skew: Skew,
+    /// Its arrivals, estimated from its backlog and the oldest age.
+    hot_rate: Option<f64>,
+    /// One consumer completes what it receives: fewer other partitions on its consumer help.
+    helped: bool,
+}
+
+fn skew_condition(hot: Option<&HotPartition>, replicas: u32) -> ConditionSpec {
+    let Some(hot) = hot else {
+        return ConditionSpec::new(PARTITION_SKEW, Truth::False, "BacklogSpread", "");
+    };
+    let (partition, share) = (&hot.skew.partition, hot.skew.share * 100.0);
+    let receives = hot.hot_rate.map_or_else(String::new, |rate| {
+        format!(" and receives about {}/s", si(rate))
+    });
+    if hot.helped {
+        ConditionSpec::new(
+            PARTITION_SKEW,
+            Truth::True,
+            "HotPartitionSharesAConsumer",
+            format!(
+                "partition {partition} holds {share:.0} % of the backlog{receives}, which one consumer completes: {replicas} replicas leave its consumer few other partitions; splitting the hot key would let fewer do"
+            ),
+        )
+    } else {
+        ConditionSpec::new(
             PARTITION_SKEW,
             Truth::True,
             "HotPartition",
             format!(
-                "partition {} holds {:.0} % of the backlog; more consumers cannot help: split the hot key or give it its own topic",
-                skew.partition,
-                skew.share * 100.0
+                "partition {partition} holds {share:.0} % of the backlog{receives}; more consumers cannot help: split the hot key or give it its own topic"
             ),
-        ),
-        None => ConditionSpec::new(PARTITION_SKEW, Truth::False, "BacklogSpread", ""),
+        )
     }
 }
 
@@ -812,21 +928,39 @@ fn explain(
     );
     let limit = seconds(settings.age_limit);
     let peak = seconds(planned.outlook.peak_age);
-    text.push_str(&match planned.reason {
-        PlanReason::Holding => format!(
-            " → {} replicas keep the oldest age below {limit} (predicted peak {peak})",
-            planned.replicas
+    let n = planned.replicas;
+    // A count that falls behind is held (or entered) while the deadline leaves room: say how
+    // much it completes and what follows.
+    let behind = match planned.keep_up {
+        Some(keep_up) if planned.falls_behind => format!(
+            "{n} complete {}/s, less than λ: the backlog grows while the oldest age stays below {limit} with {keep_up} from the next decision (predicted peak {peak})",
+            si(values.partition_capacity(n, rate))
         ),
+        _ => String::new(),
+    };
+    text.push_str(&match planned.reason {
+        PlanReason::Holding if planned.falls_behind => format!(" → holding: {behind}"),
+        PlanReason::Holding => format!(
+            " → {n} replicas keep the oldest age below {limit} (predicted peak {peak})"
+        ),
+        PlanReason::ScaleUp if planned.falls_behind => {
+            format!(" → {n}, the cheapest way through should λ last: {behind}")
+        }
         PlanReason::ScaleUp => format!(
-            " → need {}: {current} would let the oldest age pass {limit} (predicted peak {peak} with {})",
-            planned.replicas, planned.replicas
+            " → need {n}: {current} would let the oldest age pass {limit} (predicted peak {peak} with {n})"
+        ),
+        PlanReason::ScaleDown if planned.falls_behind => format!(
+            " → economy, {n} replicas for at least {} more: {behind}",
+            seconds(settings.horizon)
         ),
         PlanReason::ScaleDown => format!(
-            " → {} suffice: they keep the oldest age below {limit} if the recent load returns (predicted peak {peak})",
-            planned.replicas
+            " → {n} suffice: they keep the oldest age below {limit}, also if a recurring peak returns (predicted peak {peak})"
         ),
         PlanReason::CapFallsShort => format!(
             " → need more than {cap}: even {cap} let the oldest age reach {peak} (limit {limit})"
+        ),
+        PlanReason::Recovering => format!(
+            " → the oldest event is past the critical fraction: all {n} replicas until it is back below {limit}"
         ),
     });
     if limited_by_partitions {

@@ -150,6 +150,29 @@ fn stabilize_raw(
 /// The scale-down window after adding `recommendation`: expired entries dropped, entries that
 /// can no longer be the maximum dropped. An empty window starts with the current replicas, as
 /// if they had just been recommended, so nothing scales down before a whole window has passed.
+/// Seconds until a recommendation of `candidate` replicas made now would be followed, if
+/// none higher comes: until every higher one in the window has expired, or a whole window when
+/// it is empty (the first lower recommendation starts it).
+pub fn down_wait(
+    window: &[Pending],
+    current: u32,
+    candidate: u32,
+    window_seconds: f64,
+    now: Timestamp,
+) -> f64 {
+    if candidate >= current || window_seconds <= 0.0 {
+        return 0.0;
+    }
+    if window.is_empty() {
+        return window_seconds;
+    }
+    window
+        .iter()
+        .filter(|p| p.replicas > candidate)
+        .map(|p| window_seconds - seconds_between(p.since, now))
+        .fold(0.0, f64::max)
+}
+
 fn remember(
     window: &[Pending],
     current: u32,
@@ -184,6 +207,25 @@ mod tests {
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_second(s).unwrap()
+    }
+
+    #[test]
+    fn a_lower_count_waits_for_every_higher_recommendation_to_expire() {
+        assert_eq!(down_wait(&[], 8, 4, 180.0, at(0)), 180.0);
+        let window = [
+            Pending {
+                since: at(0),
+                replicas: 8,
+            },
+            Pending {
+                since: at(60),
+                replicas: 6,
+            },
+        ];
+        assert_eq!(down_wait(&window, 8, 4, 180.0, at(100)), 140.0);
+        assert_eq!(down_wait(&window, 8, 6, 180.0, at(100)), 80.0);
+        assert_eq!(down_wait(&window, 8, 8, 180.0, at(100)), 0.0);
+        assert_eq!(down_wait(&window, 8, 4, 180.0, at(300)), 0.0);
     }
 
     const SETTINGS: WindowSettings = WindowSettings {

@@ -13,6 +13,26 @@ pub struct QueueNow {
     pub oldest_age: f64,
 }
 
+impl QueueNow {
+    /// The queue as its oldest partition sees it, scaled to the whole group: a partition whose
+    /// head is `oldest_age` old holds at least what arrived since, so when the backlog is
+    /// concentrated in the partitions of the consumers that fall behind, the total understates
+    /// how much stands before the oldest head. The model works on the group's capacity, which
+    /// is what the busiest consumer completes scaled to all partitions; this is its queue on
+    /// the same scale.
+    pub fn as_oldest_partition_sees_it(self, produce_rate: f64) -> QueueNow {
+        let since_oldest = produce_rate.max(0.0) * self.oldest_age.max(0.0);
+        QueueNow {
+            backlog: if since_oldest.is_finite() && self.backlog > 0.0 {
+                self.backlog.max(since_oldest)
+            } else {
+                self.backlog
+            },
+            oldest_age: self.oldest_age,
+        }
+    }
+}
+
 /// What a prediction found over its horizon.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Outlook {
@@ -22,6 +42,8 @@ pub struct Outlook {
     pub drained_at: Option<f64>,
     pub end_backlog: f64,
     pub end_age: f64,
+    /// When the age first reached the watched age, if it did within the horizon.
+    pub reached_at: Option<f64>,
 }
 
 /// Predicts the queue for `horizon` seconds in steps of `step` seconds; `arrivals(t)` and
@@ -32,6 +54,18 @@ pub fn predict(
     capacity: impl Fn(f64) -> f64,
     horizon: f64,
     step: f64,
+) -> Outlook {
+    predict_watching(queue, arrivals, capacity, horizon, step, f64::INFINITY)
+}
+
+/// [`predict`], also noting when the age first reaches `watched` seconds.
+pub fn predict_watching(
+    queue: QueueNow,
+    arrivals: impl Fn(f64) -> f64,
+    capacity: impl Fn(f64) -> f64,
+    horizon: f64,
+    step: f64,
+    watched: f64,
 ) -> Outlook {
     let backlog = queue.backlog.max(0.0);
     let oldest_age = queue.oldest_age.max(0.0);
@@ -50,6 +84,7 @@ pub fn predict(
         drained_at: (backlog <= 0.0).then_some(0.0),
         end_backlog: backlog,
         end_age: start_age,
+        reached_at: (start_age >= watched).then_some(0.0),
     };
     while t < horizon {
         let dt = step.min(horizon - t);
@@ -70,6 +105,9 @@ pub fn predict(
             t - arrival_time(&arrived_curve, &mut cursor, completed - backlog)
         };
         outlook.peak_age = outlook.peak_age.max(age);
+        if outlook.reached_at.is_none() && age >= watched {
+            outlook.reached_at = Some(t);
+        }
         outlook.end_backlog = waiting.max(0.0);
         outlook.end_age = age;
     }

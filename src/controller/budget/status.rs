@@ -5,12 +5,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{
-    BacklogBudgetStatus, BudgetPhase, CapacityStatus, DemandBucket, LastScale, Observed,
-    PendingScale,
+    BacklogBudgetStatus, BudgetPhase, CapacityStatus, DemandBucket, EconomyStatus, LastScale,
+    Observed, PendingScale,
 };
 use crate::api::conditions::{ConditionSpec, merge_conditions};
 use crate::core::capacity_estimate::MeasuredCapacity;
 use crate::core::demand_history::DemandSample;
+use crate::core::economy::{EconomyMemory, EconomyRun};
 use crate::core::format::seconds;
 use crate::core::scaling::{PreviousObservation, ScalingDecision, ScalingMemory};
 use crate::core::stabilization::{Pending, Windows};
@@ -63,7 +64,34 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
         }),
         pods_pending_since: status.pods_pending_since.as_ref().map(|t| t.0),
         pod_start_seconds: status.pod_start_seconds,
+        busy_since: status.busy_since.as_ref().map(|t| t.0),
+        economy: status
+            .economy
+            .as_ref()
+            .map_or_else(EconomyMemory::default, economy_of),
     }
+}
+
+fn economy_of(status: &EconomyStatus) -> EconomyMemory {
+    EconomyMemory {
+        run: match (&status.since, status.load) {
+            (Some(since), Some(load)) => Some(EconomyRun {
+                since: since.0,
+                load,
+            }),
+            _ => None,
+        },
+        left_at: status.left_at.as_ref().map(|t| t.0),
+    }
+}
+
+/// Economy's memory as kept in status; `None` when there is nothing to remember.
+fn economy_to_api(memory: &EconomyMemory) -> Option<EconomyStatus> {
+    (*memory != EconomyMemory::default()).then(|| EconomyStatus {
+        since: memory.run.map(|run| Time(run.since)),
+        load: memory.run.map(|run| run.load),
+        left_at: memory.left_at.map(Time),
+    })
 }
 
 fn to_i32(value: u32) -> i32 {
@@ -138,6 +166,8 @@ pub fn after_decision(
             })
             .collect(),
         pods_pending_since: decision.memory.pods_pending_since.map(Time),
+        busy_since: decision.memory.busy_since.map(Time),
+        economy: economy_to_api(&decision.memory.economy),
         pod_start_seconds: decision.memory.pod_start_seconds,
         recent_scale_changes: decision
             .memory

@@ -8,7 +8,7 @@ fn at(seconds: i64) -> Timestamp {
 }
 
 /// A history of `rates`, one per 30 s bucket, ending now (t = 30 × len).
-fn recent(rates: &[f64]) -> (Replay, Timestamp) {
+fn recent(rates: &[f64]) -> Replay {
     let history: Vec<DemandSample> = rates
         .iter()
         .enumerate()
@@ -18,23 +18,27 @@ fn recent(rates: &[f64]) -> (Replay, Timestamp) {
         })
         .collect();
     let now = at(30 * rates.len() as i64);
-    (
-        Replay::new(&history, now, 30.0 * rates.len() as f64, 15.0),
-        now,
-    )
+    Replay::new(&history, now, 30.0 * rates.len() as f64, 15.0)
 }
 
+/// A 10-minute deadline with the default warning fraction (limit 5 minutes), 15 s polls,
+/// 20 s pod starts, 10 s rebalances, a 15-minute horizon and a 1-hour economy dwell.
 fn settings() -> PlanSettings {
     PlanSettings {
         age_limit: 300.0,
+        critical_age: 480.0,
         drain_limit: 300.0,
         poll: 15.0,
         pod_start: 20.0,
         rebalance: 10.0,
         horizon: 900.0,
+        down_delay: 180.0,
+        economy_dwell: 3600.0,
     }
 }
 
+/// 16 partitions of 250 events/s: 1, 2, 3, 4, 6, 8 and 16 replicas are the counts that
+/// change the assignment (500, 667, 1000, 1333, 2000 and 4000 events/s from 2 on).
 fn inputs<'a>(
     recent: &'a Replay,
     backlog: f64,
@@ -52,85 +56,154 @@ fn inputs<'a>(
         current_run_seconds: 900.0,
         per_replica_rate: 250.0,
         partitions: 16,
+        hot_share: None,
         current,
         ready: current,
+        starting_in: 0.0,
         floor: 1,
         cap: 16,
+        economy_allowed: true,
+        down_waits: &[],
     }
 }
 
 #[test]
 fn a_constant_load_gets_the_fewest_replicas_that_keep_up() {
-    let (replay, _) = recent(&[950.0; 24]);
+    let replay = recent(&[950.0; 24]);
     let p = plan(&inputs(&replay, 0.0, 0.0, 950.0, 12), &settings());
-    assert_eq!((p.replicas, p.reason), (4, PlanReason::ScaleDown));
+    assert_eq!((p.replicas, p.reason), (4, PlanReason::ScaleDown), "{p:?}");
     let p = plan(&inputs(&replay, 0.0, 0.0, 950.0, 4), &settings());
-    assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding));
+    assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding), "{p:?}");
 }
 
 #[test]
-fn a_count_that_falls_behind_is_not_entered() {
-    // 3 replicas complete 750/s of 800/s: the backlog would grow slowly, well inside the
-    // horizon's age limit, but such a count is the first half of a limit cycle.
-    let (replay, _) = recent(&[800.0; 24]);
-    let p = plan(&inputs(&replay, 0.0, 0.0, 800.0, 6), &settings());
-    assert_eq!(p.replicas, 4);
+fn economy_serves_a_steady_load_whose_keep_up_count_idles() {
+    // 700/s: 4 replicas complete 1000/s and idle 30 %. 3 complete 667/s; the oldest age
+    // grows by 5 % of the elapsed time, so they keep the margin for over an hour.
+    let replay = recent(&[700.0; 24]);
+    let p = plan(&inputs(&replay, 0.0, 0.0, 700.0, 4), &settings());
+    assert_eq!((p.replicas, p.reason), (3, PlanReason::ScaleDown), "{p:?}");
+    assert!(p.falls_behind);
+    assert_eq!(p.keep_up, Some(4));
+    // Not while economy is closed (left lately at this load), nor when turned off.
+    let mut closed = inputs(&replay, 0.0, 0.0, 700.0, 4);
+    closed.economy_allowed = false;
+    assert_eq!(plan(&closed, &settings()).replicas, 4);
+}
+
+#[test]
+fn economy_is_not_entered_for_a_small_saving_or_a_short_stay() {
+    // 950/s: 3 replicas (750/s) would save little before 4 are needed again.
+    let replay = recent(&[950.0; 24]);
+    let p = plan(&inputs(&replay, 0.0, 0.0, 950.0, 4), &settings());
+    assert_eq!(p.replicas, 4, "{p:?}");
+    // 800/s: 2 replicas (500/s) would reach the margin within the horizon.
+    let replay = recent(&[800.0; 24]);
+    let p = plan(&inputs(&replay, 0.0, 0.0, 800.0, 4), &settings());
+    assert!(p.replicas >= 3, "{p:?}");
+}
+
+#[test]
+fn a_count_that_falls_behind_is_held_while_the_deadline_leaves_time() {
+    // 1200/s arrive and 4 replicas complete 1000/s: the backlog grows by 200/s and the
+    // oldest age by a sixth of the elapsed time. Six minutes in, the oldest event is a
+    // minute old; six replicas from the next decision would still keep it below the limit.
+    let replay = recent(&[1200.0; 24]);
+    let p = plan(&inputs(&replay, 72_000.0, 60.0, 1200.0, 4), &settings());
+    assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding), "{p:?}");
+    assert_eq!(p.keep_up, Some(6));
+    // Twenty-five minutes in, the oldest event is 255 s old: waiting longer would pass the
+    // limit (270 s), so the keep-up count now (not the cap).
+    let p = plan(&inputs(&replay, 306_000.0, 255.0, 1200.0, 4), &settings());
+    assert_eq!((p.replicas, p.reason), (6, PlanReason::ScaleUp), "{p:?}");
 }
 
 #[test]
 fn a_short_spike_is_absorbed_by_the_time_budget() {
-    // Base 500/s, the last bucket at 5000/s: with 4 replicas (1000/s) the cap could still
-    // recover if it lasted, and the recent past is mostly base load.
+    // Base 500/s, the last bucket at 5000/s: if it lasted, 16 replicas from the next decision
+    // would still keep the deadline; it began a poll ago, so nothing moves yet.
     let mut rates = vec![500.0; 23];
     rates.push(5000.0);
-    let (replay, _) = recent(&rates);
-    let p = plan(&inputs(&replay, 60_000.0, 20.0, 5000.0, 4), &settings());
-    assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding));
+    let replay = recent(&rates);
+    let mut spike = inputs(&replay, 60_000.0, 20.0, 5000.0, 4);
+    spike.current_run_seconds = 15.0;
+    let p = plan(&spike, &settings());
+    assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding), "{p:?}");
 }
 
 #[test]
-fn a_spike_above_the_cap_seen_for_one_poll_is_not_the_new_load() {
-    // 6000/s is more than the cap of 16 completes (4000/s), but it began a poll ago over a
-    // recent past of 500/s: expected to last a poll or two, it is absorbed.
+fn a_load_above_the_cap_is_held_only_while_it_is_new() {
+    // 6000/s is more than the cap completes (4000/s), but it began a poll ago over a recent
+    // past of 500/s: expected to last a poll or two, it is absorbed.
     let mut rates = vec![500.0; 23];
     rates.push(6000.0);
-    let (replay, _) = recent(&rates);
+    let replay = recent(&rates);
     let mut seen = inputs(&replay, 40_000.0, 10.0, 6000.0, 4);
     seen.current_run_seconds = 15.0;
-    assert_eq!(plan(&seen, &settings()).reason, PlanReason::Holding);
-    // Had it lasted the whole window, it would be planned as the load.
-    let (lasting, _) = recent(&[6000.0; 24]);
-    let lasted = inputs(&lasting, 40_000.0, 10.0, 6000.0, 4);
-    assert_eq!(plan(&lasted, &settings()).replicas, 16);
-}
-
-#[test]
-fn a_load_that_persists_above_the_count_scales_up_in_one_step() {
-    let (replay, _) = recent(&[3500.0; 24]);
-    let p = plan(&inputs(&replay, 400_000.0, 150.0, 3500.0, 3), &settings());
-    assert_eq!(p.reason, PlanReason::ScaleUp);
-    assert!(p.replicas >= 15, "{p:?}");
-    assert!(p.outlook.peak_age <= 0.9 * 300.0, "{p:?}");
+    let p = plan(&seen, &settings());
+    assert!(p.replicas < 16, "{p:?}");
+    // Had it lasted the whole window, every second below the cap would make it worse.
+    let lasting = recent(&[6000.0; 24]);
+    let p = plan(&inputs(&lasting, 40_000.0, 10.0, 6000.0, 4), &settings());
+    assert_eq!(
+        (p.replicas, p.reason),
+        (16, PlanReason::CapFallsShort),
+        "{p:?}"
+    );
+    assert_eq!(p.keep_up, None);
 }
 
 #[test]
 fn an_alternating_load_is_not_chased_down_at_its_trough() {
-    // 2000/s and 500/s alternating every 3 minutes; now at the trough with 7 replicas.
+    // 2000/s and 500/s alternating every 3 minutes; now at the trough with 8 replicas.
     let mut rates = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         rates.extend([2000.0; 6]);
         rates.extend([500.0; 6]);
     }
-    let (replay, _) = recent(&rates);
-    let p = plan(&inputs(&replay, 0.0, 0.0, 500.0, 7), &settings());
-    assert!(p.replicas >= 5, "{p:?}");
+    let replay = recent(&rates);
+    let p = plan(&inputs(&replay, 0.0, 0.0, 500.0, 8), &settings());
+    assert!(p.replicas >= 4, "{p:?}");
 }
 
 #[test]
-fn nothing_keeps_the_deadline_above_the_cap() {
-    let (replay, _) = recent(&[6000.0; 24]);
-    let p = plan(&inputs(&replay, 0.0, 0.0, 6000.0, 4), &settings());
-    assert_eq!((p.replicas, p.reason), (16, PlanReason::CapFallsShort));
+fn a_one_off_peak_does_not_hold_replicas_after_it() {
+    // One 6-minute peak at 2000/s, over for 3 minutes: nothing says it comes back.
+    let mut rates = vec![500.0; 12];
+    rates.extend([2000.0; 12]);
+    rates.extend([500.0; 6]);
+    let replay = recent(&rates);
+    let p = plan(&inputs(&replay, 0.0, 0.0, 500.0, 8), &settings());
+    assert_eq!((p.replicas, p.reason), (2, PlanReason::ScaleDown), "{p:?}");
+}
+
+#[test]
+fn past_the_critical_fraction_the_cap_works_until_it_recovers() {
+    let replay = recent(&[1000.0; 24]);
+    let p = plan(&inputs(&replay, 60_000.0, 500.0, 1000.0, 4), &settings());
+    assert_eq!(
+        (p.replicas, p.reason),
+        (16, PlanReason::Recovering),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn a_load_only_the_cap_matches_goes_to_the_cap_at_once() {
+    // 4000/s is exactly what 16 replicas complete: whatever waits when they start stays.
+    let replay = recent(&[4000.0; 24]);
+    let p = plan(&inputs(&replay, 0.0, 0.0, 4000.0, 8), &settings());
+    assert_eq!(p.replicas, 16, "{p:?}");
+}
+
+#[test]
+fn pods_already_starting_are_not_asked_for_twice() {
+    // 8 replicas asked for, 4 ready, the rest ready in 5 s: 8 complete what arrives.
+    let replay = recent(&[1800.0; 24]);
+    let mut starting = inputs(&replay, 60_000.0, 200.0, 1800.0, 8);
+    starting.ready = 4;
+    starting.starting_in = 5.0;
+    assert_eq!(plan(&starting, &settings()).replicas, 8);
 }
 
 proptest! {
@@ -141,7 +214,7 @@ proptest! {
         lambda in 10.0..3900.0f64,
         start in 1u32..=16,
     ) {
-        let (replay, _) = recent(&[lambda; 24]);
+        let replay = recent(&[lambda; 24]);
         let first = plan(&inputs(&replay, 0.0, 0.0, lambda, start), &settings());
         let second = plan(&inputs(&replay, 0.0, 0.0, lambda, first.replicas), &settings());
         prop_assert_eq!(second.replicas, first.replicas, "{:?} then {:?}", first, second);
@@ -154,8 +227,41 @@ proptest! {
         age in 0.0..900.0f64,
         start in 1u32..=16,
     ) {
-        let (replay, _) = recent(&[lambda; 4]);
+        let replay = recent(&[lambda; 4]);
         let p = plan(&inputs(&replay, backlog, age, lambda, start), &settings());
         prop_assert!((1..=16).contains(&p.replicas));
+    }
+
+    /// A count the plan holds or enters keeps the oldest age below the limit, with the
+    /// keep-up count from the next decision when it falls behind (or it is the cap). The
+    /// queue is one that arrivals could have built: what waits arrived over the oldest age.
+    #[test]
+    fn a_chosen_count_keeps_the_limit_or_is_the_most_there_is(
+        lambda in 0.0..3900.0f64,
+        density in 0.0..2.0f64,
+        age in 0.0..250.0f64,
+        start in 1u32..=16,
+    ) {
+        let replay = recent(&[lambda; 24]);
+        let backlog = density * lambda * age;
+        let p = plan(&inputs(&replay, backlog, age, lambda, start), &settings());
+        prop_assert!(
+            p.replicas == 16 || p.outlook.peak_age <= settings().age_limit + 1e-6
+                || p.outlook.peak_age <= age + 60.0,
+            "{:?}", p
+        );
+    }
+
+    /// Economy is never entered while it is closed.
+    #[test]
+    fn a_closed_economy_is_never_entered(
+        lambda in 10.0..3900.0f64,
+        start in 1u32..=16,
+    ) {
+        let replay = recent(&[lambda; 24]);
+        let mut closed = inputs(&replay, 0.0, 0.0, lambda, start);
+        closed.economy_allowed = false;
+        let p = plan(&closed, &settings());
+        prop_assert!(!(p.reason == PlanReason::ScaleDown && p.falls_behind), "{:?}", p);
     }
 }

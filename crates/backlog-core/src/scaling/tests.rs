@@ -212,9 +212,10 @@ fn scale_down_waits_for_the_window() {
 fn max_step_bounds_a_change() {
     let mut c = config();
     c.max_step = 2;
+    // The oldest event is near the limit: 12 are needed now, at most 2 more per change.
     let d = decide(
         &c,
-        &inputs(0.0, 2500.0, 1.0, 4),
+        &inputs(400_000.0, 2500.0, 260.0, 4),
         &ScalingMemory::default(),
         at(0),
     );
@@ -388,8 +389,18 @@ proptest! {
         let first = decide(&c, &idle, &ScalingMemory::default(), at(0));
         let later = (elapsed * (c.scale_down_stabilization_seconds - 1.0)) as i64;
         let second = decide(&c, &idle, &first.memory, at(later));
-        prop_assert!(first.desired >= current);
-        prop_assert!(second.desired >= current);
+        // Replicas that own no partition of their own (9 partitions: 6 consumers complete no
+        // more than 5) go at once; none that add capacity do.
+        let partitions = match c.partitions {
+            PartitionSource::Fixed(p) => p,
+            PartitionSource::Query => u32::MAX,
+        };
+        let rate = c.per_replica_rate.unwrap_or(1.0);
+        let capacity = |k: u32| crate::drain::group_capacity(k, partitions, rate);
+        let same = (1..=current).find(|&k| capacity(k) >= capacity(current)).unwrap_or(current);
+        prop_assert!(first.desired >= same.max(c.min_replicas.min(cap)));
+        prop_assert!(second.desired >= same.max(c.min_replicas.min(cap)));
+        prop_assert!(capacity(second.desired) >= capacity(current));
     }
 
     #[test]
@@ -503,8 +514,9 @@ fn the_change_cap_never_holds_a_scale_up_the_deadline_needs() {
     let d = decide(&c, &inputs(300_000.0, 1500.0, 360.0, 2), &memory, at(600));
     assert!(d.desired > 2, "{}", d.explanation);
     assert_eq!(d.memory.recent_changes, vec![at(0), at(600)]);
-    // The same load with the deadline far away waits for the hour to pass.
-    let d = decide(&c, &inputs(1000.0, 1500.0, 10.0, 2), &memory, at(600));
+    // A scale-up that holding can no longer wait for, while the oldest event is still below
+    // the warning fraction, waits for the hour to pass.
+    let d = decide(&c, &inputs(240_000.0, 1500.0, 260.0, 2), &memory, at(600));
     assert_eq!(d.desired, 2, "{}", d.explanation);
     assert!(
         d.explanation.contains("the next is allowed at"),
@@ -558,6 +570,39 @@ fn a_hot_partition_is_named_and_does_not_drive_the_count() {
 }
 
 #[test]
+fn a_hot_partition_a_consumer_can_carry_gets_a_consumer_with_room() {
+    // 8 partitions; partition 0 receives 230/s of 410/s, the others 26/s each. Its consumer
+    // keeps up only when it owns little else: 2 replicas leave it 4 partitions (307/s).
+    let c = BudgetConfig {
+        partitions: PartitionSource::Fixed(8),
+        ..config()
+    };
+    // Two minutes in: partition 0 holds what arrived since (230/s), its co-owned partitions
+    // a little each.
+    let mut backlogs = vec![0.0; 8];
+    backlogs[0] = 230.0 * 120.0;
+    for p in [2, 4, 6] {
+        backlogs[p] = 26.0 * 120.0;
+    }
+    let total: f64 = backlogs.iter().sum();
+    let mut i = inputs(total, 410.0, 120.0, 2);
+    i.partition_backlogs = Some(partition_samples(&backlogs));
+    let d = decide(&c, &i, &ScalingMemory::default(), at(0));
+    assert!((3..=4).contains(&d.desired), "{}", d.explanation);
+    let skew = d
+        .conditions
+        .iter()
+        .find(|c| c.type_ == PARTITION_SKEW)
+        .expect("a PartitionSkew condition");
+    assert_eq!(skew.reason, "HotPartitionSharesAConsumer");
+    assert!(
+        skew.message.contains("receives about 230/s"),
+        "{}",
+        skew.message
+    );
+}
+
+#[test]
 fn capacity_is_measured_only_while_saturated_and_shown_with_its_source() {
     let mut c = config();
     c.per_replica_rate = None;
@@ -568,17 +613,27 @@ fn capacity_is_measured_only_while_saturated_and_shown_with_its_source() {
     let d = decide(&c, &idle, &ScalingMemory::default(), at(0));
     assert_eq!(d.used.capacity_source, Some(CapacitySource::Prior));
     assert!(d.memory.capacity.is_some_and(|m| m.lower_bound));
-    // Saturated: a backlog of many polls, completing 1250/s with 5 ready.
+    // Busy: a backlog of many polls, completing 1250/s with 5 ready. The rate window still
+    // holds the idle time before the backlog: not yet a measurement.
     let mut busy = inputs(200_000.0, 1000.0, 120.0, 5);
     busy.completion_rate = Some(value(1250.0));
     let d = decide(&c, &busy, &d.memory, at(600));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Prior));
+    assert_eq!(d.memory.busy_since, Some(at(600)));
+    // Busy for longer than a rate window, with no change of replicas in it: measured.
+    let settled = ScalingMemory {
+        last_change_at: None,
+        ..d.memory
+    };
+    let d = decide(&c, &busy, &settled, at(660));
     assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
     assert_eq!(d.memory.capacity.map(|m| m.per_replica_rate), Some(250.0));
 }
 
 proptest! {
-    /// Whatever the hot partition holds, the count is never above what the same decision
-    /// gives for the other partitions' backlog alone.
+    /// A hot partition that receives more than one consumer completes: whatever it holds,
+    /// the count is never above what the same decision gives for the other partitions'
+    /// backlog alone (more consumers cannot help it).
     #[test]
     fn a_skewed_partition_never_drives_the_count_above_what_the_others_need(
         hot in 10_000.0..5e6f64,
@@ -587,6 +642,8 @@ proptest! {
         age in 0.0..500.0f64,
         current in 1u32..=12,
     ) {
+        // Its arrivals: what it holds over the oldest age (250/s is what a replica completes).
+        prop_assume!(age > 0.0 && (hot / age).min(lambda) >= 250.0);
         let mut backlogs = others.clone();
         backlogs.insert(3, hot);
         let total: f64 = backlogs.iter().sum();

@@ -54,6 +54,16 @@ fn value(x: f64) -> Observation {
 
 /// `backlog` events waiting, `rate` arriving per second, the refund class failing at `ratio`.
 fn facts(backlog: f64, rate: f64, replicas: u32, ratio: f64) -> BudgetFacts {
+    aged_facts(backlog, 10.0, rate, replicas, ratio)
+}
+
+/// 550/s arriving on 2 replicas (200/s) for long enough that the oldest event is 260 s old:
+/// waiting any longer would pass the limit (270 s), so 6 replicas now.
+fn behind_facts() -> BudgetFacts {
+    aged_facts(550.0 * 260.0, 260.0, 550.0, 2, 0.0)
+}
+
+fn aged_facts(backlog: f64, age: f64, rate: f64, replicas: u32, ratio: f64) -> BudgetFacts {
     BudgetFacts::Observed(Box::new(Observed {
         workload: Workload {
             replicas,
@@ -61,7 +71,7 @@ fn facts(backlog: f64, rate: f64, replicas: u32, ratio: f64) -> BudgetFacts {
         },
         scaling: ScalingFacts::Observed(Box::new(MetricObservations {
             backlog: value(backlog),
-            oldest_age: Some(value(10.0)),
+            oldest_age: Some(value(age)),
             produce_rate: Some(value(rate)),
             completion_rate: None,
             retry_rate: None,
@@ -151,7 +161,7 @@ fn a_first_poll_scales_then_records_then_announces_then_publishes_the_document()
     // one owning 3); 2 run.
     let plan = decide(
         &BudgetSettings::of(&budget),
-        &facts(0.0, 550.0, 2, 0.0),
+        &behind_facts(),
         &BacklogBudgetStatus::default(),
         at(100),
     );
@@ -293,7 +303,7 @@ fn a_failed_status_write_announces_nothing_and_publishes_no_document() {
     let budget = budget();
     let plan = decide(
         &BudgetSettings::of(&budget),
-        &facts(0.0, 550.0, 2, 0.0),
+        &behind_facts(),
         &BacklogBudgetStatus::default(),
         at(100),
     );
