@@ -36,6 +36,10 @@ pub struct CapacityEvidence {
     pub configured: Option<f64>,
     /// Completions per second of the whole group.
     pub completion_rate: Option<f64>,
+    /// Completions per second the group made since the previous poll at least: the drop of
+    /// the backlog. It reacts within a poll where the completion rate still averages its
+    /// window: a fast drain proves a recovered consumer at once.
+    pub completed_at_least: Option<f64>,
     pub ready_replicas: u32,
     /// A backlog waits, every partition has work and the rate window saw no change of
     /// replicas.
@@ -84,6 +88,18 @@ pub fn estimate(
     let configured = evidence
         .configured
         .filter(|rate| rate.is_finite() && *rate > 0.0);
+    // What the replicas proved they complete, per replica; it can raise an estimate, never
+    // make one. A drop faster than the configured rate is more likely a scrape slower than the
+    // poll (two intervals' drop seen at once) than a consumer faster than its owner says, so
+    // it restores at most the configured rate.
+    let proven = match evidence.completed_at_least {
+        Some(rate) if evidence.settled && rate.is_finite() && evidence.ready_replicas > 0 => {
+            let shown = rate / f64::from(evidence.ready_replicas);
+            let shown = configured.map_or(shown, |limit| shown.min(limit));
+            Some(per_ready.map_or(shown, |seen| seen.max(shown)))
+        }
+        _ => per_ready,
+    };
     let usable = |m: &MeasuredCapacity| m.per_replica_rate.is_finite() && m.per_replica_rate > 0.0;
     let previous = previous.filter(usable);
     // A saturated measurement stands until it is stale, and only where a configured prior can
@@ -102,10 +118,12 @@ pub fn estimate(
         }),
         // Unsaturated consumers completing more than the last measurement prove it stale (the
         // consumer got faster while it had no backlog): it rises to what is proven.
-        (Some(rate), Some(before)) if rate > before.per_replica_rate => Some(MeasuredCapacity {
-            per_replica_rate: rate,
-            ..before
-        }),
+        (_, Some(before)) if proven.is_some_and(|rate| rate > before.per_replica_rate) => {
+            Some(MeasuredCapacity {
+                per_replica_rate: proven.unwrap_or(before.per_replica_rate),
+                ..before
+            })
+        }
         (_, before) => before,
     };
     if let Some(m) = exact {
@@ -153,6 +171,7 @@ mod tests {
         CapacityEvidence {
             configured: None,
             completion_rate: Some(completion),
+            completed_at_least: None,
             ready_replicas: ready,
             saturated,
             settled: true,
@@ -237,6 +256,18 @@ mod tests {
         let mut saturated = evidence(2800.0, 14, true);
         saturated.settled = false;
         assert_eq!(estimate(saturated, None, at(60)), None);
+    }
+
+    #[test]
+    fn a_fast_drain_proves_a_recovered_consumer_at_once() {
+        // Measured at 125/s while slow; now 12 replicas completing what arrives (1100/s) say
+        // nothing, but the backlog fell by 45 000 in 15 s: 3000/s at least, 250 each.
+        let slow = estimate(evidence(1500.0, 12, true), None, at(0)).expect("estimate");
+        let mut drained = evidence(1100.0, 12, false);
+        drained.completed_at_least = Some(45_000.0 / 15.0);
+        let after = estimate(drained, slow.measured, at(600)).expect("estimate");
+        assert!((after.per_replica_rate - 250.0).abs() < 0.01, "{after:?}");
+        assert_eq!(after.source, CapacitySource::Measured);
     }
 
     #[test]

@@ -382,10 +382,27 @@ fn gather(
     let saturated = settled
         && busy_since
             .is_some_and(|since| seconds_between(since, now) >= rate_window_seconds(config));
+    // The backlog's drop since the previous poll plus what arrived meanwhile is what the
+    // replicas completed at least. Arrivals count only while λ held still over both polls: λ
+    // read through a rate window lags a change for the whole window, and after a fall it
+    // would credit the consumers with work that no longer arrives.
+    let completed_at_least = match (memory.previous, backlog) {
+        (Some(previous), Some(b)) if seconds_between(previous.at, now) > 0.0 => {
+            let arrived = match (previous.produce_rate, produce_rate) {
+                (Some(before), Some(lambda)) if (before - lambda).abs() <= 0.05 * lambda => {
+                    before.min(lambda)
+                }
+                _ => 0.0,
+            };
+            Some((arrived + (previous.backlog - b) / seconds_between(previous.at, now)).max(0.0))
+        }
+        _ => None,
+    };
     let capacity = estimate_capacity(
         CapacityEvidence {
             configured: config.per_replica_rate,
             completion_rate,
+            completed_at_least,
             ready_replicas: ready,
             saturated,
             settled,
