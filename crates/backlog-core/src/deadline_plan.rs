@@ -146,7 +146,12 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
         .map(|(k, cost)| (k, cost + settings.rebalance * f64::from(k)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
     match higher {
-        Some((k, cost)) if holds && cost < planner.cost(current, hold_limit) => {
+        // While the current count holds, a scale-up must save a share of its cost: a smaller
+        // saving is within the error of the estimates, and near such ties the choice would
+        // flip between polls, or give more waiting work fewer replicas.
+        Some((k, cost))
+            if holds && cost < (1.0 - ECONOMY_MIN_SAVING) * planner.cost(current, hold_limit) =>
+        {
             planner.outcome(k, PlanReason::ScaleUp)
         }
         _ if holds => planner.outcome(current, PlanReason::Holding),
