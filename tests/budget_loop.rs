@@ -145,7 +145,7 @@ fn a_burst_scales_up_to_at_most_the_partitions_and_back_down(env: &TestEnv) {
             }
             let after_burst = snapshot.model_time > 14.0 * 60.0;
             let drained = snapshot.partition_backlogs.iter().sum::<f64>() < 600.0;
-            if after_burst && drained && peak >= 8 && now <= 3 {
+            if after_burst && drained && peak > calm_replicas && now <= 3 {
                 break;
             }
             assert!(
@@ -164,8 +164,12 @@ fn a_burst_scales_up_to_at_most_the_partitions_and_back_down(env: &TestEnv) {
                 up.saturating_duration_since(seen).as_secs_f64()
             );
         }
-        assert!(peak <= model.partitions && peak >= 8, "peak {peak}");
+        // The burst needs more than the calm count (how many more depends on how much of the
+        // deadline the budget spends), never more than the partitions, and it is absorbed
+        // without the oldest event passing the critical fraction.
+        assert!(peak <= model.partitions && peak > calm_replicas, "peak {peak}, calm {calm_replicas}");
         assert!(phases.contains(&BudgetPhase::Healthy), "{phases:?}");
+        assert!(!phases.contains(&BudgetPhase::Breaching), "{phases:?}");
         // Every scale and phase change is an Event on the budget.
         let reasons = wait_until(Duration::from_secs(10), "scale events on the budget", || async {
             let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.admin(), &namespace)
