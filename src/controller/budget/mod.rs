@@ -8,6 +8,8 @@ pub mod control_document;
 pub mod decide;
 pub mod facts;
 pub mod inputs;
+pub mod memory;
+pub mod news;
 mod reconcile;
 pub mod status;
 pub mod target;
@@ -18,7 +20,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Resource, ResourceExt};
 
 use crate::api::backlog_budget::BacklogBudget;
@@ -39,6 +41,8 @@ pub struct BudgetContext {
     pub budgets: Store<BacklogBudget>,
     kinds: target::Kinds,
     failures: Failures,
+    /// Each budget's last decided and last written status.
+    memory: memory::DecisionMemory,
 }
 
 impl Reconciler for BudgetContext {
@@ -94,11 +98,24 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     .touched_objects()
     .for_each(|_| futures::future::ready(()));
 
-    let controller = Controller::new(
+    // Every change reaches the store, but only a change of the spec, labels or annotations
+    // triggers a reconcile: our own status writes must not (the poll's requeue drives the
+    // loop), or each write would cost another reconcile.
+    let (budgets, writer) = reflector::store();
+    let budget_changes = watcher(
         scope.api::<BacklogBudget>(&client),
         watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(
+        predicates::generation
+            .combine(predicates::labels)
+            .combine(predicates::annotations),
+        Default::default(),
     );
-    let budgets = controller.store();
+    let controller = Controller::for_stream(budget_changes, budgets.clone());
     let hpa_store = budgets.clone();
     let deployment_store = budgets.clone();
     let statefulset_store = budgets.clone();
@@ -109,6 +126,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         budgets: budgets.clone(),
         kinds: target::Kinds::default(),
         failures: Failures::default(),
+        memory: memory::DecisionMemory::default(),
     });
     let controller = controller
         .watches(

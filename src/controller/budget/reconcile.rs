@@ -2,18 +2,20 @@
 //! decide (pure, [`super::decide`]) → apply the plan's steps in order → export the numbers.
 
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
 
-use crate::api::backlog_budget::{BacklogBudget, BudgetPhase};
-use crate::controller::error::{ApiCall, During, Error, Verb};
+use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase};
+use crate::controller::error::Error;
 use crate::controller::plan::execute;
 use crate::core::scaling::ScalingDecision;
 
 use super::BudgetContext;
 use super::apply::BudgetEffects;
-use super::decide::{BudgetSettings, decide};
+use super::decide::{BudgetSettings, BudgetStep, decide};
 use super::facts::{BudgetFacts, gather};
+use super::memory::Remembered;
+use super::news::is_news;
 
 /// How soon a budget reconciled before the budgets were listed is looked at again.
 const BUDGETS_NOT_LISTED: std::time::Duration = std::time::Duration::from_secs(1);
@@ -29,19 +31,14 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     if ctx.budgets.wait_until_ready().await.is_err() {
         return Ok(Action::requeue(BUDGETS_NOT_LISTED));
     }
-    // Read.
-    let budgets: Api<BacklogBudget> = Api::namespaced(ctx.base.client.clone(), &namespace);
-    // The decision's memory lives in status. Read it from the API server, not the watch cache:
-    // our own scale write triggers a reconcile (the target is watched) before the status we
-    // wrote right after it has reached the cache.
-    let previous = budgets
-        .get_status(&name)
-        .await
-        .during(|| {
-            ApiCall::on::<BacklogBudget>(Verb::Get, &namespace, &name).subresource("status")
-        })?
-        .status
-        .unwrap_or_default();
+    // Read. The decision's memory is this process's own (no GET per poll): our own scale
+    // write triggers a reconcile (the target is watched) before the status written right
+    // after it has reached the cache, and the memory already holds it.
+    let uid = budget.uid();
+    let remembered = ctx
+        .memory
+        .recall(&namespace, &name, uid.as_deref())
+        .unwrap_or_else(|| Remembered::from_cache(uid.clone(), budget.status.as_ref()));
     let settings = BudgetSettings::of(budget);
     let (facts, target_api) = match settings.poll() {
         Some(poll) => gather(budget, &namespace, poll, ctx).await?,
@@ -49,7 +46,9 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         None => (BudgetFacts::Unread, None),
     };
     // Decide.
-    let plan = decide(&settings, &facts, &previous, Timestamp::now());
+    let now = Timestamp::now();
+    let plan = decide(&settings, &facts, &remembered.decided, now);
+    let (steps, writes) = only_news(plan.steps, &remembered, &plan.status, now);
     // Apply.
     let effects = BudgetEffects {
         ctx: &ctx.base,
@@ -57,11 +56,64 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         namespace: &namespace,
         target: &target_api,
     };
-    execute(&plan.steps, &effects).await.into_result()?;
+    execute(&steps, &effects).await.into_result()?;
+    let (written, written_at) = if writes {
+        (plan.status.clone(), Some(now))
+    } else {
+        (remembered.written, remembered.written_at)
+    };
+    ctx.memory.keep(
+        &namespace,
+        &name,
+        Remembered {
+            uid,
+            decided: plan.status,
+            written,
+            written_at,
+        },
+    );
+    forget_deleted(ctx);
     if let Some(decision) = &plan.decision {
         export(ctx, &namespace, &name, decision);
     }
     Ok(Action::requeue(plan.requeue))
+}
+
+/// The plan's steps with its status write only if the status is news against what was last
+/// written ([`super::news`]); a refresh that is due is written even when this poll decided
+/// nothing new. Also says whether the status is written.
+fn only_news(
+    steps: Vec<BudgetStep>,
+    remembered: &Remembered,
+    next: &BacklogBudgetStatus,
+    now: Timestamp,
+) -> (Vec<BudgetStep>, bool) {
+    let news = is_news(&remembered.written, remembered.written_at, next, now);
+    let mut kept: Vec<BudgetStep> = steps
+        .into_iter()
+        .filter(|step| news || !matches!(step, BudgetStep::WriteStatus(_)))
+        .collect();
+    if news
+        && !kept
+            .iter()
+            .any(|step| matches!(step, BudgetStep::WriteStatus(_)))
+    {
+        kept.push(BudgetStep::WriteStatus(Box::new(next.clone())));
+    }
+    (kept, news)
+}
+
+/// Forgets the memory of deleted budgets once they are a fair share of it.
+fn forget_deleted(ctx: &BudgetContext) {
+    let listed = ctx.budgets.state().len();
+    if ctx.memory.remembered() > listed + listed / 10 + 16 {
+        let budgets = ctx.budgets.clone();
+        ctx.memory.forget_unless(|namespace, name| {
+            budgets
+                .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+                .is_some()
+        });
+    }
 }
 
 fn export(ctx: &BudgetContext, namespace: &str, name: &str, decision: &ScalingDecision) {

@@ -1,0 +1,83 @@
+//! What the budget controller remembers between polls, in this process: the status each
+//! budget's last poll decided and the one last written. The decision reads its memory from
+//! here instead of a GET of the status per poll, and a status is written only when it is news
+//! ([`super::news`]), so the written status may lag the decided one by what is not news.
+//!
+//! A replica that starts leading begins empty and takes each budget's memory from the status
+//! in its watch cache: what was last written is what a new leader continues from.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::backlog_budget::BacklogBudgetStatus;
+
+/// One budget's memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Remembered {
+    /// The budget this is about: a budget deleted and created again under its name starts
+    /// afresh.
+    pub uid: Option<String>,
+    /// What the last poll decided.
+    pub decided: BacklogBudgetStatus,
+    /// What the API server holds, as far as this process knows.
+    pub written: BacklogBudgetStatus,
+    /// When `written` was written (`None`: unknown).
+    pub written_at: Option<Timestamp>,
+}
+
+impl Remembered {
+    /// A budget seen for the first time: its status as the watch cache has it.
+    pub fn from_cache(uid: Option<String>, status: Option<&BacklogBudgetStatus>) -> Remembered {
+        let status = status.cloned().unwrap_or_default();
+        let written_at = status
+            .observed
+            .as_ref()
+            .and_then(|observed| observed.at.as_ref())
+            .map(|at| at.0);
+        Remembered {
+            uid,
+            decided: status.clone(),
+            written: status,
+            written_at,
+        }
+    }
+}
+
+/// Every budget's memory, by namespace and name.
+#[derive(Default)]
+pub struct DecisionMemory {
+    budgets: Mutex<HashMap<(String, String), Remembered>>,
+}
+
+impl DecisionMemory {
+    /// The memory of budget `namespace/name` with `uid`, if this process has one.
+    pub fn recall(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
+        self.lock()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .filter(|remembered| remembered.uid.as_deref() == uid)
+            .cloned()
+    }
+
+    pub fn keep(&self, namespace: &str, name: &str, remembered: Remembered) {
+        self.lock()
+            .insert((namespace.to_owned(), name.to_owned()), remembered);
+    }
+
+    /// Forgets every budget `exists` denies; called now and then, so deleted budgets do not
+    /// pile up.
+    pub fn forget_unless(&self, exists: impl Fn(&str, &str) -> bool) {
+        self.lock()
+            .retain(|(namespace, name), _| exists(namespace, name));
+    }
+
+    pub fn remembered(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Remembered>> {
+        // A panic while holding the lock leaves a map that is still whole.
+        self.budgets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
