@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             a_second_writer_of_replicas_is_overridden_once_with_an_event,
             an_api_server_restart_is_survived_without_invalid_flaps,
             a_lasting_failure_to_scale_is_reported_once_and_cleared,
+            a_steady_budget_neither_writes_nor_reads_its_status,
         ],
         true,
     )
@@ -232,12 +233,21 @@ fn time_of(event: &AuditEvent) -> Timestamp {
         })
 }
 
-/// Every write the replica named `identity` sent, in arrival order.
-fn writes_by(env: &TestEnv, identity: &str) -> Vec<AuditEvent> {
+/// Every request the audit log keeps (every write, and reads of BacklogBudgets) that the
+/// replica named `identity` sent, in arrival order.
+fn requests_by(env: &TestEnv, identity: &str) -> Vec<AuditEvent> {
     let marker = format!("({identity})");
     env.audit_events()
         .into_iter()
         .filter(|e| e.user_agent.contains(&marker))
+        .collect()
+}
+
+/// Every write the replica named `identity` sent, in arrival order.
+fn writes_by(env: &TestEnv, identity: &str) -> Vec<AuditEvent> {
+    requests_by(env, identity)
+        .into_iter()
+        .filter(|e| e.verb != "get" && e.verb != "list" && e.verb != "watch")
         .collect()
 }
 
@@ -1014,6 +1024,88 @@ fn a_lasting_failure_to_scale_is_reported_once_and_cleared(env: &TestEnv) {
             quiet.as_secs_f64(),
             REPORT_AFTER.as_secs(),
             recovered.as_secs_f64()
+        );
+        load.stop(env);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steady state
+
+/// How many budget reconciles the operator process has run, from its /metrics.
+async fn budget_reconciles(operator: &OperatorProcess) -> Option<f64> {
+    let text = operator.metrics().await?;
+    text.lines()
+        .filter_map(|line| {
+            line.strip_prefix("backlog_operator_reconciles_total{controller=\"backlogbudget\"} ")
+        })
+        .find_map(|value| value.trim().parse().ok())
+}
+
+/// With metrics that do not move, a settled budget is polled every second and its status is
+/// neither written nor read: the decision's memory is the operator's own, and numbers that
+/// did not move are no news. The window is ten polls without one request on the budget,
+/// checked against the API server's audit log; an operator that writes or reads the status
+/// every poll never has one.
+fn a_steady_budget_neither_writes_nor_reads_its_status(env: &TestEnv) {
+    let _shared = SHARED_PROCESSES.read();
+    let namespace = env.fresh_namespace("steady");
+    let name = "orders";
+    env.block_on(async {
+        let load = Load::start(env, &namespace, name, 1).await;
+        let identity = format!("{namespace}-op");
+        let operator = OperatorProcess::start(env, launch(env, &namespace, &identity, false));
+        let settled = wait_settled(env, &namespace, name).await;
+        const QUIET_POLLS: f64 = 10.0;
+        let (quiet_since, reconciles) = wait_until(
+            STEP,
+            "ten polls without a request on the budget",
+            || async {
+                let on_budget: Vec<AuditEvent> = requests_by(env, &identity)
+                    .into_iter()
+                    .filter(|e| {
+                        e.resource() == "backlogbudgets" && e.namespace() == Some(namespace.as_str())
+                    })
+                    .collect();
+                let last = on_budget.last().map(time_of);
+                let now = Timestamp::now();
+                let reconciles = budget_reconciles(&operator).await;
+                match last {
+                    Some(last)
+                        if now.duration_since(last).as_secs_f64()
+                            >= QUIET_POLLS * POLL.as_secs_f64() =>
+                    {
+                        Ok((last, reconciles))
+                    }
+                    _ => Err(format!(
+                        "last request on the budget at {last:?}, now {now}; the last few: {:?}",
+                        describe(&on_budget[on_budget.len().saturating_sub(4)..])
+                    )),
+                }
+            },
+        )
+        .await;
+        // The operator kept polling meanwhile (a stopped loop is quiet too), and decided the
+        // same all along.
+        let polled_after = wait_until(STEP, "more budget reconciles", || async {
+            let now = budget_reconciles(&operator).await?;
+            (now >= reconciles? + QUIET_POLLS / 2.0).then_some(now)
+        })
+        .await;
+        assert_eq!(replicas(env, &namespace, name).await, settled);
+        let written_after: Vec<AuditEvent> = requests_by(env, &identity)
+            .into_iter()
+            .filter(|e| e.resource() == "backlogbudgets" && time_of(e) > quiet_since)
+            .collect();
+        assert!(
+            written_after.is_empty(),
+            "requests on the budget in the steady window: {:?}",
+            describe(&written_after)
+        );
+        eprintln!(
+            "fault-report: steady budget: no status write or read for {QUIET_POLLS} polls of {}s and {} reconciles since",
+            POLL.as_secs(),
+            polled_after - reconciles.unwrap_or(0.0)
         );
         load.stop(env);
     });

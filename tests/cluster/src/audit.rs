@@ -1,6 +1,7 @@
-//! The API server's audit log, for tests that count writes: who (user and User-Agent) changed
-//! what, when, and with which answer. Only writes are logged (at the Metadata level, once per
-//! request when its response is complete), so the log stays small.
+//! The API server's audit log, for tests that count requests: who (user and User-Agent) changed
+//! what, when, and with which answer. Only writes and reads of BacklogBudgets are logged (at
+//! the Metadata level, once per request when its response is complete), so the log stays
+//! small.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,13 +10,17 @@ use serde::Deserialize;
 
 use crate::{Error, io_error};
 
-/// The audit policy: every mutating request, without bodies; nothing else.
+/// The audit policy: every mutating request and every read of a BacklogBudget, without
+/// bodies; nothing else.
 pub(crate) const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
   - level: Metadata
     verbs: [create, update, patch, delete, deletecollection]
+  - level: Metadata
+    verbs: [get, list]
+    resources: [{group: backlog.dev, resources: [backlogbudgets, backlogbudgets/status]}]
   - level: None
 "#;
 
