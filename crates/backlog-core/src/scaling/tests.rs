@@ -417,8 +417,14 @@ proptest! {
         let base = decide(&c, &inputs(backlog, lambda, age, current), &m, at(0));
         let bigger = decide(&c, &inputs(backlog + more, lambda, age, current), &m, at(0));
         let aged = decide(&c, &inputs(backlog, lambda, age + older, current), &m, at(0));
-        prop_assert!(bigger.recommendation >= base.recommendation);
-        prop_assert!(aged.recommendation >= base.recommendation);
+        // More waiting work never moves to a lower count than less work does. Holding the
+        // current count is the one exception: with more waiting, the keep-up count is due
+        // sooner, so an early intermediate step stops paying for its rebalance and the
+        // budget holds until the keep-up count is due instead (the hold itself must keep the
+        // deadline, which other properties check).
+        let held = |d: &ScalingDecision| d.recommendation == Some(current.clamp(c.min_replicas, cap_of(&c)));
+        prop_assert!(bigger.recommendation >= base.recommendation || held(&bigger));
+        prop_assert!(aged.recommendation >= base.recommendation || held(&aged));
     }
 
     #[test]
