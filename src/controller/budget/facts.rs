@@ -1,11 +1,14 @@
 //! Gathering: everything one budget decision reads, read once into [`BudgetFacts`] — the
 //! target's replicas, another owner of the target, the queries' results, the RetryPolicy the
-//! spec names and the control document's ConfigMap.
+//! spec names and the control document's ConfigMap. Targets (Deployments, StatefulSets) and
+//! RetryPolicies come from watch caches; the ConfigMap is read with a GET, since the operator
+//! may not list ConfigMaps.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::backlog_budget::BacklogBudget;
@@ -65,9 +68,12 @@ pub async fn gather(
         Ok(api) => api,
         Err(problem) => return Ok((BudgetFacts::TargetUnusable(problem), None)),
     };
-    let workload = match read(&api, namespace, target).await? {
-        Ok(workload) => workload,
-        Err(problem) => return Ok((BudgetFacts::TargetUnusable(problem), Some(api))),
+    let workload = match ctx.workloads.workload(namespace, target) {
+        Some(workload) => workload,
+        None => match read(&api, namespace, target).await? {
+            Ok(workload) => workload,
+            Err(problem) => return Ok((BudgetFacts::TargetUnusable(problem), Some(api))),
+        },
     };
     let conflict = conflict::other_owner(budget, &ctx.autoscalers.state(), &ctx.budgets.state());
     let address = prometheus_address(budget, ctx.base.default_prometheus.as_deref());
@@ -105,11 +111,15 @@ async fn read_policy(budget: &BacklogBudget, namespace: &str, ctx: &BudgetContex
         .map(|r| r.name.as_str());
     let policy = match reference {
         None => None,
-        Some(name) => {
-            Api::<RetryPolicy>::namespaced(ctx.base.client.clone(), namespace)
-                .get_opt(name)
-                .await?
-        }
+        // The watch cache first; a policy it does not hold (yet) is asked for.
+        Some(name) => match ctx.policies.get(&ObjectRef::new(name).within(namespace)) {
+            Some(cached) => Some(RetryPolicy::clone(&cached)),
+            None => {
+                Api::<RetryPolicy>::namespaced(ctx.base.client.clone(), namespace)
+                    .get_opt(name)
+                    .await?
+            }
+        },
     };
     Ok(resolve_policy(reference, policy.as_ref(), namespace))
 }

@@ -24,6 +24,7 @@ use kube::runtime::{Controller, Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Resource, ResourceExt};
 
 use crate::api::backlog_budget::BacklogBudget;
+use crate::api::retry_policy::RetryPolicy;
 
 use super::Scope;
 use super::context::Context;
@@ -39,6 +40,10 @@ pub struct BudgetContext {
     pub autoscalers: Store<HorizontalPodAutoscaler>,
     /// Every BacklogBudget in scope, for conflict detection.
     pub budgets: Store<BacklogBudget>,
+    /// Every Deployment and StatefulSet in scope: the targets most budgets scale.
+    pub workloads: target::WorkloadCaches,
+    /// Every RetryPolicy in scope.
+    pub policies: Store<RetryPolicy>,
     kinds: target::Kinds,
     failures: Failures,
     /// Each budget's last decided and last written status.
@@ -120,10 +125,38 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let deployment_store = budgets.clone();
     let statefulset_store = budgets.clone();
     let autoscalers_listed = autoscalers.clone();
+    // One watch per kind: each feeds its cache and triggers the budgets it concerns.
+    let (deployments, writer) = reflector::store();
+    let deployment_changes = watcher(scope.api::<Deployment>(&client), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
+    let (statefulsets, writer) = reflector::store();
+    let statefulset_changes = watcher(
+        scope.api::<StatefulSet>(&client),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects();
+    let (policies, writer) = reflector::store();
+    let policy_feed = watcher(
+        scope.api::<RetryPolicy>(&client),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects()
+    .for_each(|_| futures::future::ready(()));
     let context = Arc::new(BudgetContext {
         base: ctx,
         autoscalers,
         budgets: budgets.clone(),
+        workloads: target::WorkloadCaches {
+            deployments,
+            statefulsets,
+        },
+        policies,
         kinds: target::Kinds::default(),
         failures: Failures::default(),
         memory: memory::DecisionMemory::default(),
@@ -144,30 +177,22 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
                 )
             },
         )
-        .watches(
-            scope.api::<Deployment>(&client),
-            watcher::Config::default(),
-            move |d: Deployment| {
-                budgets_for(
-                    &deployment_store,
-                    &Deployment::kind(&()),
-                    d.namespace(),
-                    &d.name_any(),
-                )
-            },
-        )
-        .watches(
-            scope.api::<StatefulSet>(&client),
-            watcher::Config::default(),
-            move |s: StatefulSet| {
-                budgets_for(
-                    &statefulset_store,
-                    &StatefulSet::kind(&()),
-                    s.namespace(),
-                    &s.name_any(),
-                )
-            },
-        )
+        .watches_stream(deployment_changes, move |d: Deployment| {
+            budgets_for(
+                &deployment_store,
+                &Deployment::kind(&()),
+                d.namespace(),
+                &d.name_any(),
+            )
+        })
+        .watches_stream(statefulset_changes, move |s: StatefulSet| {
+            budgets_for(
+                &statefulset_store,
+                &StatefulSet::kind(&()),
+                s.namespace(),
+                &s.name_any(),
+            )
+        })
         .shutdown_on_signal()
         .run(reconciler::reconcile, reconciler::error_policy, context)
         .for_each(|_| futures::future::ready(()));
@@ -178,10 +203,11 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
             controller.await;
         }
     };
-    // The HPA feed lives exactly as long as the controller: a replica that stops leading
-    // leaves no watch behind.
+    // The HPA and RetryPolicy feeds live exactly as long as the controller: a replica that
+    // stops leading leaves no watch behind.
     tokio::select! {
         () = controller => {}
         () = autoscaler_feed => {}
+        () = policy_feed => {}
     }
 }

@@ -3,8 +3,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::api::{DynamicObject, Patch};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
 use crate::api::backlog_budget::ScaleTargetRef;
@@ -18,6 +20,63 @@ pub struct Workload {
     pub replicas: u32,
     /// status.readyReplicas, when the workload reports it.
     pub ready: Option<u32>,
+}
+
+/// Watch caches of the kinds most budgets scale, so a poll reads their replicas without a
+/// GET. Other kinds, and a target the cache does not hold (yet), are read from the API server.
+#[derive(Clone)]
+pub struct WorkloadCaches {
+    pub deployments: Store<Deployment>,
+    pub statefulsets: Store<StatefulSet>,
+}
+
+impl WorkloadCaches {
+    /// The target's replicas as the watch cache has them, if it holds the target.
+    pub fn workload(&self, namespace: &str, target: &ScaleTargetRef) -> Option<Workload> {
+        if target.api_version != "apps/v1" {
+            return None;
+        }
+        match target.kind.as_str() {
+            "Deployment" => {
+                let found = self
+                    .deployments
+                    .get(&ObjectRef::new(&target.name).within(namespace))?;
+                let status = found.status.as_ref();
+                Some(workload_of(
+                    found.spec.as_ref().and_then(|spec| spec.replicas),
+                    status.and_then(|s| s.observed_generation),
+                    status.and_then(|s| s.ready_replicas),
+                ))
+            }
+            "StatefulSet" => {
+                let found = self
+                    .statefulsets
+                    .get(&ObjectRef::new(&target.name).within(namespace))?;
+                let status = found.status.as_ref();
+                Some(workload_of(
+                    found.spec.as_ref().and_then(|spec| spec.replicas),
+                    status.and_then(|s| s.observed_generation),
+                    status.and_then(|s| s.ready_replicas),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Replica counts as [`read`] reads them from any kind: an omitted spec.replicas is the API
+/// default of one, and only a workload whose controller has reported on it has a ready count
+/// (an omitted readyReplicas then means 0).
+fn workload_of(
+    replicas: Option<i32>,
+    observed_generation: Option<i64>,
+    ready: Option<i32>,
+) -> Workload {
+    let count = |value: i32| u32::try_from(value).unwrap_or(0);
+    Workload {
+        replicas: replicas.map_or(1, count),
+        ready: observed_generation.map(|_| ready.map_or(0, count)),
+    }
 }
 
 /// Why the target cannot be used; each names the field and the fix. A failure that may pass
