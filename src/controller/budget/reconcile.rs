@@ -76,7 +76,17 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     if let Some(decision) = &plan.decision {
         export(ctx, &namespace, &name, decision);
     }
-    Ok(Action::requeue(plan.requeue))
+    Ok(Action::requeue(jittered(plan.requeue)))
+}
+
+/// `poll` stretched by up to a tenth at random: budgets created together drift apart instead of
+/// polling (and querying Prometheus) in lock-step for ever.
+fn jittered(poll: std::time::Duration) -> std::time::Duration {
+    use std::hash::{BuildHasher, RandomState};
+    // A fresh RandomState is randomly keyed: hashing anything with it gives a random number.
+    let random = RandomState::new().hash_one(std::time::SystemTime::now());
+    let share = (random % 1000) as f64 / 10_000.0;
+    poll.mul_f64(1.0 + share)
 }
 
 /// The plan's steps with its status write only if the status is news against what was last
@@ -149,4 +159,23 @@ fn export(ctx: &BudgetContext, namespace: &str, name: &str, decision: &ScalingDe
         .drain_time_seconds
         .get_or_create(&labels)
         .set(decision.drain_time_seconds.unwrap_or(f64::NAN));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::jittered;
+
+    #[test]
+    fn requeues_stretch_the_poll_by_up_to_a_tenth_and_differ() {
+        let poll = Duration::from_secs(15);
+        let requeues: Vec<Duration> = (0..64).map(|_| jittered(poll)).collect();
+        assert!(
+            requeues
+                .iter()
+                .all(|r| *r >= poll && *r < poll.mul_f64(1.1))
+        );
+        assert!(requeues.iter().any(|r| *r != requeues[0]), "{requeues:?}");
+    }
 }
