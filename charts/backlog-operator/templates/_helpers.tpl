@@ -84,14 +84,11 @@ parameters are literals in them).
 - apiGroups: ["backlog.dev"]
   resources: ["retrypolicies"]
   verbs: ["get", "list", "watch"]
-# Status is written with server-side apply (patch); a budget reconcile reads its previous
-# decision from the status subresource, not the watch cache (get). The admission policy
-# status-owner admits these writes from this ServiceAccount only.
+# Status is written with server-side apply (patch); a budget keeps its decision's memory in
+# the operator and never reads its status back. The admission policy status-owner admits
+# these writes from this ServiceAccount only.
 - apiGroups: ["backlog.dev"]
-  resources: ["backlogbudgets/status"]
-  verbs: ["get", "patch"]
-- apiGroups: ["backlog.dev"]
-  resources: ["retrypolicies/status", "replayjobs/status"]
+  resources: ["backlogbudgets/status", "retrypolicies/status", "replayjobs/status"]
   verbs: ["patch"]
 # A compensation's start and Job uid are the record that keeps its worker from running twice:
 # read fresh from the status subresource (get), never from a cache.
