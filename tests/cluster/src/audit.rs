@@ -1,5 +1,6 @@
 //! The API server's audit log, for tests that count requests: who (user and User-Agent) changed
-//! what, when, and with which answer. Only writes and reads of BacklogBudgets are logged (at
+//! what, when, and with which answer. Only writes, and reads of the custom resources and of
+//! Deployments and StatefulSets, are logged (at
 //! the Metadata level, once per request when its response is complete), so the log stays
 //! small.
 
@@ -10,8 +11,8 @@ use serde::Deserialize;
 
 use crate::{Error, io_error};
 
-/// The audit policy: every mutating request and every read of a BacklogBudget, without
-/// bodies; nothing else.
+/// The audit policy: every mutating request and every read of a custom resource, a
+/// Deployment or a StatefulSet, without bodies; nothing else.
 pub(crate) const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
@@ -20,7 +21,9 @@ rules:
     verbs: [create, update, patch, delete, deletecollection]
   - level: Metadata
     verbs: [get, list]
-    resources: [{group: backlog.dev, resources: [backlogbudgets, backlogbudgets/status]}]
+    resources:
+      - {group: backlog.dev}
+      - {group: apps, resources: [deployments, statefulsets, deployments/scale, statefulsets/scale]}
   - level: None
 "#;
 
