@@ -11,7 +11,7 @@ NODE ?= 1
 IMAGES_DIR ?= target/images
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-.PHONY: tools image cluster-up cluster-down cluster-status crds rust-components fmt lint test demo
+.PHONY: tools image cluster-up cluster-down cluster-status crds rust-components fmt lint test demo bench-scale
 
 # Idempotent: installs Prometheus and the node's Debian packages if missing
 # (refreshing the package lists only if the first attempt fails) and builds or
@@ -116,3 +116,11 @@ test:
 # worker; everything is stopped again on any exit.
 demo: tools image
 	@bash tests/cluster/demo.sh
+
+# N budgets (default 100) on one release operator process, on a throwaway control plane and
+# Prometheus with metrics that do not move: RSS, CPU, API requests by verb and resource,
+# Prometheus queries, time to every status, reaction to one rising backlog (benches/scale.rs;
+# SETTLE, WINDOW and POLL in seconds may be set too).
+N ?= 100
+bench-scale: tools
+	N=$(N) $(CARGO) bench --bench scale

@@ -1,0 +1,462 @@
+//! `make bench-scale N=1000`: one operator process (release) and N BacklogBudgets on the local
+//! control plane and Prometheus, each on a Deployment of its own, with metrics that do not
+//! move. Over a steady window after settling it reports the operator's RSS (median, max) and
+//! CPU seconds, the API requests by verb and resource from the API server's own
+//! `apiserver_request_total`, the queries Prometheus answered, the time from creating the
+//! budgets to every one having a status, and, after the window, the time from one consumer's
+//! backlog rising in Prometheus to the scale write on its Deployment.
+//!
+//! Settings (environment): `N` budgets (100), `SETTLE` and `WINDOW` seconds (120 and 300),
+//! `POLL` seconds (15).
+
+// Shared with the integration tests, which use all of it.
+#[allow(dead_code)]
+#[path = "../tests/support/exporter.rs"]
+mod exporter;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use local_cluster::{LocalCluster, Options};
+use serde_json::{Value, json};
+
+use backlog_operator::api::backlog_budget::BacklogBudget;
+use exporter::Exporter;
+
+const NAMESPACE: &str = "scale";
+const JOB: &str = "scale";
+
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn budget_name(i: u64) -> String {
+    format!("c{i:05}")
+}
+
+fn main() {
+    let n = setting("N", 100);
+    let settle = Duration::from_secs(setting("SETTLE", 120));
+    let window = Duration::from_secs(setting("WINDOW", 300));
+    let poll = setting("POLL", 15);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cluster = LocalCluster::start(Options::default().prometheus(true))
+        .unwrap_or_else(|e| panic!("the local control plane and Prometheus did not start: {e}"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let prometheus = cluster
+        .prometheus_url()
+        .expect("Prometheus runs")
+        .to_owned();
+    let client = runtime.block_on(admin_client(&cluster));
+
+    // Every consumer's series, constant: 500 events/s against 200/s per replica is 3 replicas.
+    let exporter = Exporter::start();
+    for i in 0..n {
+        let group = budget_name(i);
+        let labels = [("group", group.as_str())];
+        exporter.set("scale_lag", &labels, 1000.0);
+        exporter.set("scale_produce_rate", &labels, 500.0);
+        exporter.set("scale_oldest_age_seconds", &labels, 2.0);
+    }
+    cluster
+        .add_scrape_target(JOB, &exporter.target(), &[])
+        .expect("a scrape target");
+    runtime.block_on(wait_for_series(&prometheus, n));
+
+    let created = runtime.block_on(create_objects(&client, n, poll));
+    let mut operator = start_operator(&cluster, &prometheus);
+    let pid = operator.id();
+    let to_status = runtime.block_on(wait_all_have_status(&client, n, created));
+    eprintln!(
+        "every budget has a status {:.1}s after creation",
+        to_status.as_secs_f64()
+    );
+
+    std::thread::sleep(settle.saturating_sub(created.elapsed()));
+    // The steady window.
+    let api_before = runtime.block_on(apiserver_requests(&client));
+    let queries_before = runtime.block_on(prometheus_queries(&prometheus));
+    let cpu_before = cpu_seconds(pid);
+    let started = Instant::now();
+    let mut rss = Vec::new();
+    while started.elapsed() < window {
+        rss.extend(rss_mib(pid));
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    let cpu = cpu_seconds(pid) - cpu_before;
+    let queries = runtime.block_on(prometheus_queries(&prometheus)) - queries_before;
+    let api_after = runtime.block_on(apiserver_requests(&client));
+    rss.sort_by(f64::total_cmp);
+
+    // One consumer's backlog rises; the others stay.
+    let reaction = runtime.block_on(reaction_time(&client, &exporter, &prometheus, poll));
+
+    println!(
+        "## Scale: {n} budgets, poll {poll}s, steady window {}s after {}s",
+        window.as_secs(),
+        settle.as_secs()
+    );
+    println!();
+    println!("| measure | value |");
+    println!("|---|---:|");
+    println!(
+        "| create → every budget has a status | {:.1} s |",
+        to_status.as_secs_f64()
+    );
+    if let (Some(median), Some(max)) = (rss.get(rss.len() / 2), rss.last()) {
+        println!("| RSS median / max | {median:.1} / {max:.1} MiB |");
+    }
+    println!("| CPU seconds in the window | {cpu:.1} s |");
+    println!(
+        "| CPU seconds per 100 budgets per 5 min | {:.2} s |",
+        cpu * 100.0 / n as f64 * 300.0 / window.as_secs_f64()
+    );
+    println!("| Prometheus queries in the window | {queries:.0} |");
+    println!(
+        "| queries per budget per poll | {:.2} |",
+        queries / n as f64 / (window.as_secs_f64() / poll as f64)
+    );
+    match reaction {
+        Ok(seconds) => println!("| backlog visible in Prometheus → scale write | {seconds:.1} s |"),
+        Err(why) => println!("| backlog visible in Prometheus → scale write | not seen: {why} |"),
+    }
+    println!();
+    println!("API requests in the window (apiserver_request_total), by verb and resource:");
+    println!();
+    println!("| verb | resource | requests |");
+    println!("|---|---|---:|");
+    let mut total = 0.0;
+    for (key, after) in &api_after {
+        let delta = after - api_before.get(key).copied().unwrap_or(0.0);
+        if delta >= 1.0 {
+            println!("| {} | {} | {delta:.0} |", key.0, key.1);
+            total += delta;
+        }
+    }
+    println!("| all | | {total:.0} |");
+
+    let _ = operator.kill();
+    let _ = operator.wait();
+    drop(exporter);
+    drop(cluster);
+}
+
+async fn admin_client(cluster: &LocalCluster) -> Client {
+    let kubeconfig = Kubeconfig::read_from(cluster.kubeconfig_path()).expect("the kubeconfig");
+    let options = KubeConfigOptions {
+        context: Some("admin".to_owned()),
+        ..KubeConfigOptions::default()
+    };
+    let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .expect("the admin context");
+    Client::try_from(config).expect("a client")
+}
+
+/// Waits until Prometheus has scraped every consumer's backlog.
+async fn wait_for_series(prometheus: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        if let Some(found) = query(prometheus, "count(scale_lag)").await
+            && found >= n as f64
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("Prometheus did not scrape {n} series within 120 s");
+}
+
+async fn query(prometheus: &str, expression: &str) -> Option<f64> {
+    let text = reqwest::Client::new()
+        .get(format!("{prometheus}/api/v1/query"))
+        .query(&[("query", expression)])
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let response: Value = serde_json::from_str(&text).ok()?;
+    response["data"]["result"][0]["value"][1]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+fn budget_body(name: &str, poll: u64) -> Value {
+    let series = |metric: &str| format!("{metric}{{group=\"{name}\", job=\"{JOB}\"}}");
+    json!({
+        "apiVersion": "backlog.dev/v1alpha1",
+        "kind": "BacklogBudget",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 12,
+            "completionDeadline": "10m",
+            "partitionCount": 12,
+            "pollInterval": format!("{poll}s"),
+            "metrics": {
+                "backlog": format!("sum({})", series("scale_lag")),
+                "oldestUnfinishedAge": format!("max({})", series("scale_oldest_age_seconds")),
+                "produceRate": format!("sum({})", series("scale_produce_rate")),
+            },
+            "capacity": {"perReplicaRate": 200, "reservedRetryShare": 0},
+        }
+    })
+}
+
+fn deployment_body(name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "consumer", "image": "localhost/consumer:none"}]},
+            },
+        }
+    })
+}
+
+/// Creates the namespace, the Deployments and the budgets; returns when the last budget was
+/// created.
+async fn create_objects(client: &Client, n: u64, poll: u64) -> Instant {
+    let apply = PatchParams::apply("bench-scale").force();
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            NAMESPACE,
+            &apply,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+            ),
+        )
+        .await
+        .expect("the namespace");
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (deployments, apply) = (deployments.clone(), apply.clone());
+            async move {
+                let name = budget_name(i);
+                deployments
+                    .patch(&name, &apply, &Patch::Apply(deployment_body(&name)))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await
+        .expect("the Deployments");
+    let budgets = Api::<BacklogBudget>::namespaced(client.clone(), NAMESPACE);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (budgets, apply) = (budgets.clone(), apply.clone());
+            async move {
+                let name = budget_name(i);
+                budgets
+                    .patch(&name, &apply, &Patch::Apply(budget_body(&name, poll)))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await
+        .expect("the budgets");
+    Instant::now()
+}
+
+fn start_operator(cluster: &LocalCluster, prometheus: &str) -> Child {
+    let log = std::fs::File::create(cluster.state_dir().join("operator-scale.log"))
+        .expect("the operator's log");
+    Command::new(env!("CARGO_BIN_EXE_backlog-operator"))
+        .args([
+            "run",
+            "--listen=127.0.0.1:0",
+            &format!("--namespace={NAMESPACE}"),
+            &format!("--prometheus-url={prometheus}"),
+            "--identity=bench-scale",
+        ])
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("the log"))
+        .stderr(log)
+        .spawn()
+        .expect("start backlog-operator")
+}
+
+async fn wait_all_have_status(client: &Client, n: u64, created: Instant) -> Duration {
+    let budgets = Api::<BacklogBudget>::namespaced(client.clone(), NAMESPACE);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let with_status = budgets
+            .list(&ListParams::default())
+            .await
+            .map(|list| {
+                list.items
+                    .iter()
+                    .filter(|b| b.status.as_ref().is_some_and(|s| s.phase.is_some()))
+                    .count()
+            })
+            .unwrap_or(0);
+        if with_status as u64 >= n {
+            return created.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {with_status} of {n} budgets have a status after 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `apiserver_request_total` summed by (verb, resource/subresource).
+async fn apiserver_requests(client: &Client) -> BTreeMap<(String, String), f64> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a request");
+    let text = client
+        .request_text(request)
+        .await
+        .expect("the API server's /metrics");
+    let mut counts = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let Some((labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let resource = match label("subresource").as_str() {
+            "" => label("resource"),
+            sub => format!("{}/{sub}", label("resource")),
+        };
+        *counts.entry((label("verb"), resource)).or_insert(0.0) += value.parse().unwrap_or(0.0);
+    }
+    counts
+}
+
+/// Instant queries Prometheus has answered.
+async fn prometheus_queries(prometheus: &str) -> f64 {
+    let text = reqwest::get(format!("{prometheus}/metrics"))
+        .await
+        .expect("Prometheus' /metrics")
+        .text()
+        .await
+        .expect("its text");
+    text.lines()
+        .filter(|l| {
+            l.starts_with("prometheus_http_requests_total{")
+                && l.contains("handler=\"/api/v1/query\"")
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name in parentheses: utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / per_second
+}
+
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Raises the first consumer's backlog; the seconds from Prometheus showing it to the
+/// Deployment's replicas changing.
+async fn reaction_time(
+    client: &Client,
+    exporter: &Exporter,
+    prometheus: &str,
+    poll: u64,
+) -> Result<f64, String> {
+    let name = budget_name(0);
+    let labels = [("group", name.as_str())];
+    // Its oldest event is past the warning fraction of the deadline (5 of 10 minutes) and
+    // arrivals outrun the replicas: a scale-up is due at once.
+    exporter.set("scale_lag", &labels, 400_000.0);
+    exporter.set("scale_produce_rate", &labels, 2000.0);
+    exporter.set("scale_oldest_age_seconds", &labels, 400.0);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    let deadline = Instant::now() + Duration::from_secs(60 + 4 * poll);
+    let mut visible = None;
+    while Instant::now() < deadline {
+        if visible.is_none()
+            && query(
+                prometheus,
+                &format!("max(scale_oldest_age_seconds{{group=\"{name}\"}})"),
+            )
+            .await
+                == Some(400.0)
+        {
+            visible = Some(Instant::now());
+        }
+        let replicas = deployments
+            .get(&name)
+            .await
+            .ok()
+            .and_then(|d| d.spec?.replicas);
+        if let (Some(seen), Some(r)) = (visible, replicas)
+            && r != 3
+        {
+            return Ok(seen.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!(
+        "no scale within {}s (visible in Prometheus: {})",
+        60 + 4 * poll,
+        visible.is_some()
+    ))
+}
