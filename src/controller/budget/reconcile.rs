@@ -115,7 +115,7 @@ fn only_news(
 
 /// Forgets the memory of deleted budgets once they are a fair share of it.
 fn forget_deleted(ctx: &BudgetContext) {
-    let listed = ctx.budgets.state().len();
+    let listed = ctx.budgets.len();
     if ctx.memory.remembered() > listed + listed / 10 + 16 {
         let budgets = ctx.budgets.clone();
         ctx.memory.forget_unless(|namespace, name| {
