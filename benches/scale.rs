@@ -245,37 +245,9 @@ async fn create_objects(client: &Client, n: u64, poll: u64) -> Instant {
         .await
         .expect("the namespace");
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let (deployments, apply) = (deployments.clone(), apply.clone());
-            async move {
-                let name = budget_name(i);
-                deployments
-                    .patch(&name, &apply, &Patch::Apply(deployment_body(&name)))
-                    .await
-                    .map(|_| ())
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<()>>()
-        .await
-        .expect("the Deployments");
+    apply_all(&deployments, n, deployment_body).await;
     let budgets = Api::<BacklogBudget>::namespaced(client.clone(), NAMESPACE);
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let (budgets, apply) = (budgets.clone(), apply.clone());
-            async move {
-                let name = budget_name(i);
-                budgets
-                    .patch(&name, &apply, &Patch::Apply(budget_body(&name, poll)))
-                    .await
-                    .map(|_| ())
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<()>>()
-        .await
-        .expect("the budgets");
+    apply_all(&budgets, n, |name| budget_body(name, poll)).await;
     Instant::now()
 }
 
@@ -287,6 +259,30 @@ impl Drop for Operator {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Applies `body(name)` for the first `n` names, 16 at a time.
+async fn apply_all<K>(api: &Api<K>, n: u64, body: impl Fn(&str) -> Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let apply = PatchParams::apply("bench-scale").force();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let name = budget_name(i);
+            let body = body(&name);
+            let apply = &apply;
+            async move {
+                api.patch(&name, apply, &Patch::Apply(body))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("applying {name}: {e}"))
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn start_operator(cluster: &LocalCluster, prometheus: &str) -> Child {
