@@ -86,8 +86,23 @@ impl std::io::Write for Capture {
     }
 }
 
-/// Starts capturing warnings (once per process) and forgets those captured so far.
-fn capture_warnings() {
+/// Prints the warnings captured so far when the test fails while it is alive: a step that
+/// times out is explained by what the operator logged meanwhile (a refused write, a failed
+/// reconcile and its backoff).
+struct ShowWarningsOnFailure;
+
+impl Drop for ShowWarningsOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("warnings logged while the test ran:\n{}", take_warnings());
+        }
+    }
+}
+
+/// Starts capturing warnings (once per process) and forgets those captured so far; the guard
+/// prints them if the test fails before it is dropped.
+#[must_use = "the guard prints the warnings only while it is alive"]
+fn capture_warnings() -> ShowWarningsOnFailure {
     static START: Once = Once::new();
     START.call_once(|| {
         let _ = tracing_subscriber::fmt()
@@ -97,6 +112,7 @@ fn capture_warnings() {
             .try_init();
     });
     take_warnings();
+    ShowWarningsOnFailure
 }
 
 fn take_warnings() -> String {
@@ -810,7 +826,7 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
         // The operator, cluster-wide, as the chart's ServiceAccount.
         let token = service_account_token(env, &release_namespace, "ops-backlog-operator").await;
         let operator_client = client_with_token(env, &token);
-        capture_warnings();
+        let _show_warnings = capture_warnings();
         let _exporter = serve_load(env, &apps, name);
         support::workload::deployment(env, &apps, name, 2).await;
         apply_as_admin::<RetryPolicy>(
@@ -1189,7 +1205,7 @@ fn a_namespaced_install_is_enough_for_its_namespace(env: &TestEnv) {
 
         let token = service_account_token(env, &release_namespace, "team-backlog-operator").await;
         let operator_client = client_with_token(env, &token);
-        capture_warnings();
+        let _show_warnings = capture_warnings();
         let _exporter = serve_load(env, &watched, name);
         support::workload::deployment(env, &watched, name, 2).await;
         apply_as_admin::<BacklogBudget>(env, &watched, budget_body(name, None)).await;

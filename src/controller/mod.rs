@@ -7,6 +7,7 @@ pub mod compensation;
 pub mod context;
 pub mod error;
 pub mod leader;
+pub mod listed;
 pub mod plan;
 pub mod reconciler;
 pub mod replay;

@@ -25,6 +25,7 @@ use crate::api::retry_policy::RetryPolicy;
 use super::Scope;
 use super::context::Context;
 use super::error::Error;
+use super::listed::{Listed, listed};
 use super::reconciler::{self, Failures, Reconciler};
 
 pub const CONTROLLER: &str = "retrypolicy";
@@ -34,6 +35,8 @@ pub struct PolicyContext {
     pub base: Arc<Context>,
     /// Every BacklogBudget in scope.
     pub budgets: Store<BacklogBudget>,
+    /// Whether `budgets` has listed (every reconcile waits for it).
+    pub budgets_listed: Listed,
     failures: Failures,
 }
 
@@ -98,6 +101,7 @@ fn changes_policies(
 pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let client = ctx.client.clone();
     let (budgets, writer) = reflector::store();
+    let (mark_listed, budgets_listed) = listed();
     let mut seen = HashMap::new();
     // The reflector updates the store before it yields the event, so a policy reconciled
     // because of it already sees the change.
@@ -110,6 +114,9 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     )
     .default_backoff()
     .filter_map(move |event| {
+        if let Ok(watcher::Event::InitDone) = &event {
+            mark_listed.mark();
+        }
         let changed = match &event {
             Ok(event) => changes_policies(&mut seen, event),
             Err(_) => false,
@@ -119,6 +126,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let context = Arc::new(PolicyContext {
         base: ctx,
         budgets,
+        budgets_listed,
         failures: Failures::default(),
     });
     Controller::new(

@@ -25,7 +25,7 @@ pub async fn reconcile(policy: &RetryPolicy, ctx: &PolicyContext) -> Result<Acti
         name: name.clone(),
     })?;
     // Until the budgets are listed, `usedBy` would be empty and a conflict would seem to clear.
-    if ctx.budgets.wait_until_ready().await.is_err() {
+    if ctx.budgets_listed.wait().await.is_err() {
         return Ok(Action::requeue(BUDGETS_NOT_LISTED));
     }
     let api: Api<RetryPolicy> = Api::namespaced(ctx.base.client.clone(), &namespace);
