@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::core::metric_input::Observation;
 
@@ -61,14 +61,26 @@ pub trait QueryObserver: Send + Sync {
     fn observe(&self, seconds: f64, failed: bool);
 }
 
-/// Queries with a per-query timeout, bounded concurrency and sharing: identical expressions
+/// The answers by (server, expression), and when entries older than [`FORGET_AFTER`] were last
+/// dropped: sweeping on a schedule keeps each lookup O(1) however many budgets ask.
+struct Answers {
+    entries: HashMap<(String, String), Entry>,
+    swept: Instant,
+}
+
+/// Queries with a timeout, bounded concurrency per server and sharing: identical expressions
 /// asked within `max_age` of each other (also while the first is in flight) are evaluated once.
+/// The timeout counts from the ask, so a query that waited for a free slot behind a slow
+/// server gives up as one that waited for the server itself.
 pub struct MetricsSource {
     backend: Arc<dyn QueryBackend>,
     /// Servers that may be queried at all; any other address is refused before a request.
     allowlist: Allowlist,
-    entries: Mutex<HashMap<(String, String), Entry>>,
-    permits: Arc<Semaphore>,
+    answers: Mutex<Answers>,
+    /// Queries in flight at once, per server: one slow Prometheus does not hold the slots of
+    /// the budgets that read another.
+    concurrency: usize,
+    limiters: Mutex<HashMap<String, Arc<Semaphore>>>,
     timeout: Duration,
     observer: Option<Arc<dyn QueryObserver>>,
 }
@@ -79,14 +91,20 @@ pub const NO_PROMETHEUS: &str =
 
 /// Entries older than this are dropped whatever the callers' max age.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
+/// How often old entries are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 impl MetricsSource {
     pub fn new(backend: Arc<dyn QueryBackend>, concurrency: usize, timeout: Duration) -> Self {
         Self {
             backend,
             allowlist: Allowlist::any(),
-            entries: Mutex::new(HashMap::new()),
-            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            answers: Mutex::new(Answers {
+                entries: HashMap::new(),
+                swept: Instant::now(),
+            }),
+            concurrency: concurrency.max(1),
+            limiters: Mutex::new(HashMap::new()),
             timeout,
             observer: None,
         }
@@ -118,14 +136,11 @@ impl MetricsSource {
         let answer = self.entry(address, expression, max_age);
         answer
             .get_or_init(|| async {
-                let Ok(_permit) = self.permits.acquire().await else {
-                    return Observation::Failed("query limiter closed".to_owned());
-                };
                 let started = Instant::now();
-                let observation = self
-                    .backend
-                    .instant(address, expression, self.timeout)
-                    .await;
+                let observation = match self.within_timeout(address).await {
+                    Ok((_permit, left)) => self.backend.instant(address, expression, left).await,
+                    Err(reason) => Observation::Failed(reason),
+                };
                 if let Some(observer) = &self.observer {
                     observer.observe(
                         started.elapsed().as_secs_f64(),
@@ -136,6 +151,46 @@ impl MetricsSource {
             })
             .await
             .clone()
+    }
+
+    /// Waits for one of `address`'s query slots within the timeout; the slot and the time
+    /// left of the timeout for the query, or why there is none.
+    async fn within_timeout(
+        &self,
+        address: &str,
+    ) -> Result<(OwnedSemaphorePermit, Duration), String> {
+        let asked = tokio::time::Instant::now();
+        let limiter = self.limiter(address);
+        let no_slot = || {
+            format!(
+                "no free query slot for {address} within the query timeout of {:.1}s: {} queries to it were in flight and slower than that; raise --query-timeout or --query-concurrency, or give this Prometheus more capacity",
+                self.timeout.as_secs_f64(),
+                self.concurrency
+            )
+        };
+        let permit = match tokio::time::timeout(self.timeout, limiter.acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err("query limiter closed".to_owned()),
+            Err(_) => return Err(no_slot()),
+        };
+        let left = self.timeout.saturating_sub(asked.elapsed());
+        if left.is_zero() {
+            return Err(no_slot());
+        }
+        Ok((permit, left))
+    }
+
+    /// The slots of `address`, created on first use (the allowlist bounds the addresses).
+    fn limiter(&self, address: &str) -> Arc<Semaphore> {
+        let mut limiters = self
+            .limiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(
+            limiters
+                .entry(address.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.concurrency))),
+        )
     }
 
     /// One value per series of `expression`, named by `label`; not cached (one budget asks
@@ -151,14 +206,15 @@ impl MetricsSource {
         };
         self.permits(address)
             .map_err(|refused| refused.to_string())?;
-        let Ok(_permit) = self.permits.acquire().await else {
-            return Err("query limiter closed".to_owned());
-        };
         let started = Instant::now();
-        let answer = self
-            .backend
-            .instant_by_label(address, expression, self.timeout, label)
-            .await;
+        let answer = match self.within_timeout(address).await {
+            Ok((_permit, left)) => {
+                self.backend
+                    .instant_by_label(address, expression, left, label)
+                    .await
+            }
+            Err(reason) => Err(reason),
+        };
         // Counted in the operator's query metrics like every other query.
         if let Some(observer) = &self.observer {
             observer.observe(started.elapsed().as_secs_f64(), answer.is_err());
@@ -187,11 +243,17 @@ impl MetricsSource {
         max_age: Duration,
     ) -> Arc<OnceCell<Observation>> {
         // A poisoned lock only means another query panicked; the map itself is still usable.
-        let mut entries = self
-            .entries
+        let mut answers = self
+            .answers
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries.retain(|_, entry| entry.asked.elapsed() < FORGET_AFTER);
+        if answers.swept.elapsed() >= SWEEP_EVERY {
+            answers
+                .entries
+                .retain(|_, entry| entry.asked.elapsed() < FORGET_AFTER);
+            answers.swept = Instant::now();
+        }
+        let entries = &mut answers.entries;
         let key = (address.to_owned(), expression.to_owned());
         match entries.get(&key) {
             Some(entry) if entry.asked.elapsed() <= max_age => Arc::clone(&entry.answer),
@@ -250,6 +312,77 @@ mod tests {
         assert_eq!(backend.calls.load(Ordering::SeqCst), 3);
         let _ = source.query("http://p", "sum(lag)", Duration::ZERO).await;
         assert_eq!(backend.calls.load(Ordering::SeqCst), 4);
+    }
+
+    /// Answers after `delay`, and records the time each query was given.
+    struct Slow {
+        delay: Duration,
+        given: Mutex<Vec<Duration>>,
+    }
+
+    impl QueryBackend for Slow {
+        fn instant(&self, _: &str, _: &str, timeout: Duration) -> QueryFuture {
+            self.given
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(timeout);
+            let delay = self.delay;
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                Observation::Samples(vec![1.0])
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timeout_counts_the_wait_for_a_slot_and_slots_are_per_server() {
+        let backend = Arc::new(Slow {
+            delay: Duration::from_secs(3),
+            given: Mutex::new(Vec::new()),
+        });
+        // One slot per server, a 5 s timeout, a server that takes 3 s.
+        let source = MetricsSource::new(backend.clone(), 1, Duration::from_secs(5));
+        let started = tokio::time::Instant::now();
+        let (first, second, third, elsewhere) = tokio::join!(
+            source.query("http://slow", "a", Duration::ZERO),
+            source.query("http://slow", "b", Duration::ZERO),
+            source.query("http://slow", "c", Duration::ZERO),
+            source.query("http://other", "a", Duration::ZERO),
+        );
+        assert_eq!(first, Observation::Samples(vec![1.0]));
+        assert_eq!(elsewhere, Observation::Samples(vec![1.0]));
+        // The second waited 3 s for the slot and was given what was left of its 5 s: too
+        // little for a 3 s answer, so the backend's own deadline would end it; here the
+        // backend ignores it, and the answer comes.
+        assert_eq!(second, Observation::Samples(vec![1.0]));
+        // The third would have waited 6 s: it gives up at 5 s, naming the slots.
+        let Observation::Failed(reason) = third else {
+            panic!("a query that cannot get a slot in time fails: {third:?}");
+        };
+        assert!(
+            reason.contains("no free query slot for http://slow"),
+            "{reason}"
+        );
+        assert!(reason.contains("--query-concurrency"), "{reason}");
+        let given = backend
+            .given
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        // The other server's query did not wait for the slow one's slot.
+        assert_eq!(given.len(), 3, "{given:?}");
+        assert!(
+            given.contains(&Duration::from_secs(2)),
+            "the second had 2 s left: {given:?}"
+        );
+        assert_eq!(
+            given
+                .iter()
+                .filter(|&&g| g == Duration::from_secs(5))
+                .count(),
+            2
+        );
+        assert!(started.elapsed() <= Duration::from_secs(6));
     }
 
     #[tokio::test]
