@@ -1043,9 +1043,9 @@ async fn budget_reconciles(operator: &OperatorProcess) -> Option<f64> {
 }
 
 /// With metrics that do not move, a settled budget is polled every second and the operator
-/// sends no write and no read of the budget, its target or any custom resource: the
-/// decision's memory is the operator's own, numbers that did not move are no news, and the
-/// target comes from the watch cache. The window is ten polls without one such request,
+/// sends no write and no read of the budget, its target, its control document's ConfigMap or
+/// any custom resource: the decision's memory is the operator's own, numbers that did not move
+/// are no news, and the target and the document come from watch caches. The window is ten polls without one such request,
 /// checked against the API server's audit log (it keeps every write and those reads); an
 /// operator that writes or reads any of them every poll never has one.
 fn a_steady_budget_neither_writes_nor_reads_its_status(env: &TestEnv) {
@@ -1060,7 +1060,7 @@ fn a_steady_budget_neither_writes_nor_reads_its_status(env: &TestEnv) {
         const QUIET_POLLS: f64 = 10.0;
         let (quiet_since, reconciles) = wait_until(
             STEP,
-            "ten polls without a write, or a read of a workload or custom resource",
+            "ten polls without a write, or a read of a workload, a control document or a custom resource",
             || async {
                 let on_budget = requests_by(env, &identity);
                 let last = on_budget.last().map(time_of);

@@ -145,9 +145,10 @@ parameters are literals in them).
 {{- end }}
 
 {{- define "backlog-operator.budgetNamespaceRules" -}}
-# Budgets: the consumer control document, read (get) and written with server-side apply,
-# which creates it the first time (create, patch).
+# Budgets: the consumer control document, read from a watch (list, watch; get before the
+# watch has listed) and written with server-side apply, which creates it the first time
+# (create, patch). get already reads any ConfigMap here by name: list and watch add no access.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 {{- end }}

@@ -1,8 +1,8 @@
 //! Gathering: everything one budget decision reads, read once into [`BudgetFacts`] — the
 //! target's replicas, another owner of the target, the queries' results, the RetryPolicy the
-//! spec names and the control document's ConfigMap. Targets (Deployments, StatefulSets) and
-//! RetryPolicies come from watch caches; the ConfigMap is read with a GET, since the operator
-//! may not list ConfigMaps.
+//! spec names and the control document's ConfigMap. Targets (Deployments, StatefulSets),
+//! RetryPolicies and control documents come from watch caches (the ConfigMaps from one watch
+//! per namespace, [`super::documents`]); a GET answers what a cache does not hold yet.
 
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use crate::controller::error::Error;
 
 use super::classes::ClassObservations;
 use super::control_document::{ConfigMapFact, PolicyFact, configmap_name, resolve_policy};
+use super::documents::Cached;
 use super::inputs::{MetricObservations, observe_classes, observe_metrics, prometheus_address};
 use super::target::{TargetProblem, Workload, read};
 use super::{BudgetContext, conflict};
@@ -124,14 +125,19 @@ async fn read_policy(budget: &BacklogBudget, namespace: &str, ctx: &BudgetContex
     Ok(resolve_policy(reference, policy.as_ref(), namespace))
 }
 
-/// The control document's ConfigMap.
+/// The control document's ConfigMap: from the namespace's watch once it has listed,
+/// otherwise asked for.
 async fn read_configmap(
     budget: &BacklogBudget,
     namespace: &str,
     ctx: &BudgetContext,
 ) -> ConfigMapFact {
+    let name = configmap_name(&budget.name_any());
+    if let Cached::Known(found) = ctx.documents.get(namespace, &name) {
+        return ConfigMapFact::of(found.as_deref(), budget.uid().as_deref());
+    }
     let api: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), namespace);
-    match api.get_opt(&configmap_name(&budget.name_any())).await {
+    match api.get_opt(&name).await {
         Ok(found) => ConfigMapFact::of(found.as_ref(), budget.uid().as_deref()),
         Err(error) => ConfigMapFact::Unreadable(error),
     }

@@ -6,6 +6,7 @@ pub mod classes;
 mod conflict;
 pub mod control_document;
 pub mod decide;
+pub mod documents;
 pub mod facts;
 pub mod inputs;
 pub mod memory;
@@ -44,6 +45,8 @@ pub struct BudgetContext {
     pub workloads: target::WorkloadCaches,
     /// Every RetryPolicy in scope.
     pub policies: Store<RetryPolicy>,
+    /// The control documents' ConfigMaps, per namespace that holds budgets.
+    pub documents: documents::ControlDocuments,
     kinds: target::Kinds,
     failures: Failures,
     /// Each budget's last decided and last written status.
@@ -157,6 +160,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
             statefulsets,
         },
         policies,
+        documents: documents::ControlDocuments::new(client.clone()),
         kinds: target::Kinds::default(),
         failures: Failures::default(),
         memory: memory::DecisionMemory::default(),

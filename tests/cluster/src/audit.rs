@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::{Error, io_error};
 
 /// The audit policy: every mutating request and every read of a custom resource, a
-/// Deployment or a StatefulSet, without bodies; nothing else.
+/// Deployment, a StatefulSet or a ConfigMap, without bodies; nothing else.
 pub(crate) const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
@@ -24,6 +24,7 @@ rules:
     resources:
       - {group: backlog.dev}
       - {group: apps, resources: [deployments, statefulsets, deployments/scale, statefulsets/scale]}
+      - {group: "", resources: [configmaps]}
   - level: None
 "#;
 
