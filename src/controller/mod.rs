@@ -13,6 +13,7 @@ pub mod reconciler;
 pub mod replay;
 pub mod retry;
 pub mod retry_policy;
+pub mod slim;
 pub mod synced;
 pub mod worker_pod;
 

@@ -16,13 +16,14 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::control_document::MANAGED_BY_LABEL;
 use crate::controller::apply::FIELD_MANAGER;
 use crate::controller::error::{Persistence, persistence_of};
+use crate::controller::slim;
 
 /// What a namespace's watch knows about one ConfigMap.
 #[derive(Debug)]
@@ -158,7 +159,9 @@ async fn follow(api: Api<ConfigMap>, namespace: String, cache: Arc<Cache>) {
             wait = (wait * 2).min(RETRY_CAP);
             continue;
         }
-        let mut events = watcher(api.clone(), watcher::Config::default().labels(&selector)).boxed();
+        let mut events = watcher(api.clone(), watcher::Config::default().labels(&selector))
+            .modify(slim::bookkeeping)
+            .boxed();
         let mut listing = HashMap::new();
         while let Some(event) = events.next().await {
             match event {

@@ -31,6 +31,7 @@ use super::Scope;
 use super::context::Context;
 use super::error::Error;
 use super::reconciler::{self, Failures, Reconciler};
+use super::slim;
 
 pub const CONTROLLER: &str = "backlogbudget";
 
@@ -100,7 +101,8 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         watcher(
             scope.api::<HorizontalPodAutoscaler>(&client),
             watcher::Config::default(),
-        ),
+        )
+        .modify(slim::autoscaler),
     )
     .default_backoff()
     .touched_objects()
@@ -114,6 +116,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         scope.api::<BacklogBudget>(&client),
         watcher::Config::default(),
     )
+    .modify(slim::bookkeeping)
     .default_backoff()
     .reflect(writer)
     .applied_objects()
@@ -131,6 +134,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     // One watch per kind: each feeds its cache and triggers the budgets it concerns.
     let (deployments, writer) = reflector::store();
     let deployment_changes = watcher(scope.api::<Deployment>(&client), watcher::Config::default())
+        .modify(slim::deployment)
         .default_backoff()
         .reflect(writer)
         .applied_objects();
@@ -139,6 +143,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         scope.api::<StatefulSet>(&client),
         watcher::Config::default(),
     )
+    .modify(slim::statefulset)
     .default_backoff()
     .reflect(writer)
     .applied_objects();
@@ -147,6 +152,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         scope.api::<RetryPolicy>(&client),
         watcher::Config::default(),
     )
+    .modify(slim::bookkeeping)
     .default_backoff()
     .reflect(writer)
     .touched_objects()

@@ -27,6 +27,7 @@ use super::context::Context;
 use super::error::Error;
 use super::listed::{Listed, listed};
 use super::reconciler::{self, Failures, Reconciler};
+use super::slim;
 
 pub const CONTROLLER: &str = "retrypolicy";
 
@@ -110,7 +111,8 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         watcher(
             scope.api::<BacklogBudget>(&client),
             watcher::Config::default(),
-        ),
+        )
+        .modify(slim::bookkeeping),
     )
     .default_backoff()
     .filter_map(move |event| {
