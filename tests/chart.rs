@@ -888,6 +888,9 @@ fn the_operator_runs_cluster_wide_with_the_charts_service_account(env: &TestEnv)
                 ("update", "backlog.dev:compensations", Some(&apps), false),
                 ("delete", "configmaps", Some(&apps), false),
                 ("list", "configmaps", None, false),
+                // Control documents come from a watch where the namespace opted in.
+                ("watch", "configmaps", Some(&apps), true),
+                ("watch", "configmaps", Some(&other), false),
                 ("delete", "batch:jobs", Some(&apps), false),
                 ("update", "backlog.dev:replayjobs", Some(&apps), false),
                 ("patch", "backlog.dev:backlogbudgets", Some(&apps), false),
