@@ -135,8 +135,12 @@ impl MetricsSource {
         answer
             .get_or_init(|| async {
                 let started = Instant::now();
-                let observation = match self.within_timeout(address).await {
-                    Ok((_permit, left)) => self.backend.instant(address, expression, left).await,
+                let observation = match self.slot(address).await {
+                    Ok(_slot) => {
+                        self.backend
+                            .instant(address, expression, self.timeout)
+                            .await
+                    }
                     Err(reason) => Observation::Failed(reason),
                 };
                 if let Some(observer) = &self.observer {
@@ -151,18 +155,15 @@ impl MetricsSource {
             .clone()
     }
 
-    /// Waits for one of `address`'s query slots. The wait is not bounded by the query timeout:
-    /// at a thousand budgets the slots are busy for seconds at a time, and a query failed for
-    /// waiting would turn a steady budget's metrics unavailable (a status write, an Event)
-    /// although the server answers fine.
-    async fn within_timeout(
-        &self,
-        address: &str,
-    ) -> Result<(OwnedSemaphorePermit, Duration), String> {
-        match self.limiter(address).acquire_owned().await {
-            Ok(permit) => Ok((permit, self.timeout)),
-            Err(_) => Err("query limiter closed".to_owned()),
-        }
+    /// One of `address`'s query slots, once free. The wait is not bounded by the query
+    /// timeout: at a thousand budgets the slots are busy for seconds at a time, and a query
+    /// failed for waiting would turn a steady budget's metrics unavailable (a status write, an
+    /// Event) although the server answers fine.
+    async fn slot(&self, address: &str) -> Result<OwnedSemaphorePermit, String> {
+        self.limiter(address)
+            .acquire_owned()
+            .await
+            .map_err(|_| "query limiter closed".to_owned())
     }
 
     /// The slots of `address`, created on first use (the allowlist bounds the addresses).
@@ -192,10 +193,10 @@ impl MetricsSource {
         self.permits(address)
             .map_err(|refused| refused.to_string())?;
         let started = Instant::now();
-        let answer = match self.within_timeout(address).await {
-            Ok((_permit, left)) => {
+        let answer = match self.slot(address).await {
+            Ok(_slot) => {
                 self.backend
-                    .instant_by_label(address, expression, left, label)
+                    .instant_by_label(address, expression, self.timeout, label)
                     .await
             }
             Err(reason) => Err(reason),
