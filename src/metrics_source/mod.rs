@@ -172,11 +172,13 @@ impl MetricsSource {
             .limiters
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Arc::clone(
-            limiters
-                .entry(address.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.concurrency))),
-        )
+        // Looked up before inserting: a query is no reason to allocate the address again.
+        if let Some(limiter) = limiters.get(address) {
+            return Arc::clone(limiter);
+        }
+        let limiter = Arc::new(Semaphore::new(self.concurrency));
+        limiters.insert(address.to_owned(), Arc::clone(&limiter));
+        limiter
     }
 
     /// One value per series of `expression`, named by `label`; not cached (one budget asks

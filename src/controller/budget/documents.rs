@@ -61,14 +61,6 @@ impl ControlDocuments {
             .or_insert_with(|| NamespaceWatch::start(&self.client, namespace));
         watch.cache.get(name)
     }
-
-    /// Namespaces with a watch.
-    pub fn watched(&self) -> usize {
-        self.namespaces
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
-    }
 }
 
 /// The ConfigMaps one watch has seen, by name, and whether they are complete.
@@ -176,7 +168,6 @@ async fn follow(api: Api<ConfigMap>, namespace: String, cache: Arc<Cache>) {
                 Ok(watcher::Event::Apply(configmap)) => cache.put(configmap),
                 Ok(watcher::Event::Delete(configmap)) => cache.remove(&configmap),
                 Err(error) => {
-                    cache.forget();
                     report(&namespace, &error, wait);
                     break;
                 }
