@@ -338,6 +338,7 @@ fn budget_skeleton(names: &BudgetFile, plan: &CapacityPlan) -> BacklogBudget {
             quarantine_rate: None,
             partitions: None,
             partition_backlog: None,
+            group_by: None,
         },
         partition_count: i32::try_from(plan.partitions).ok(),
         poll_interval: crate::api::backlog_budget::default_poll_interval(),

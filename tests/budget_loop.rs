@@ -25,6 +25,7 @@ fn main() -> ExitCode {
             a_statefulset_is_scaled_through_its_scale_subresource,
             the_operator_binary_serves_metrics_and_health,
             with_two_replicas_one_leads_and_the_other_takes_over,
+            budgets_grouped_by_a_label_share_one_evaluation_and_read_their_own_values,
         ],
         true,
     )
@@ -656,5 +657,118 @@ fn with_two_replicas_one_leads_and_the_other_takes_over(env: &TestEnv) {
             },
         )
         .await;
+    });
+}
+
+/// The value of an unlabelled counter (or a histogram's `_count`) in the operator's metrics.
+fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        line.strip_prefix(name)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Budgets whose queries differ only in `consumergroup` and say `groupBy: consumergroup`:
+/// each reads its own group's numbers, the queries are evaluated for all of them at once (far
+/// fewer evaluations than reconciles, where one per query and reconcile is the ungrouped
+/// floor), and a budget whose backlog query cannot be grouped is answered alone and says why.
+fn budgets_grouped_by_a_label_share_one_evaluation_and_read_their_own_values(env: &TestEnv) {
+    use backlog_operator::api::backlog_budget::BacklogBudget;
+    const GROUPED: usize = 20;
+    let namespace = env.fresh_namespace("grouped");
+    env.block_on(async {
+        let exporter = support::exporter::Exporter::start();
+        env.add_scrape_target(&namespace, &exporter.target(), &[]);
+        let groups: Vec<String> = (0..=GROUPED).map(|i| format!("g{i:02}")).collect();
+        for (i, group) in groups.iter().enumerate() {
+            let labels = [("consumergroup", group.as_str())];
+            exporter.set("grouped_lag", &labels, 1000.0 + i as f64);
+            exporter.set("grouped_produce_rate", &labels, 100.0 + i as f64);
+            deployment(env, &namespace, group, 1).await;
+        }
+        wait_until(Duration::from_secs(60), "Prometheus has every group's series", || async {
+            let count = prometheus_value(env, "count(grouped_lag)").await?;
+            (count as usize == groups.len()).then_some(())
+        })
+        .await;
+        let operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+        let api = Api::<BacklogBudget>::namespaced(env.admin(), &namespace);
+        for (i, group) in groups.iter().enumerate() {
+            let backlog = if i == GROUPED {
+                // `or vector(0)` would make a missing group zero: evaluated alone.
+                format!("sum(grouped_lag{{consumergroup=\"{group}\"}}) or vector(0)")
+            } else {
+                format!("sum(grouped_lag{{consumergroup=\"{group}\"}})")
+            };
+            let budget: BacklogBudget = serde_json::from_value(serde_json::json!({
+                "apiVersion": "backlog.dev/v1alpha1",
+                "kind": "BacklogBudget",
+                "metadata": {"name": group},
+                "spec": {
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": group},
+                    "minReplicas": 1,
+                    "maxReplicas": 8,
+                    "completionDeadline": "10m",
+                    "partitionCount": 8,
+                    "pollInterval": "1s",
+                    "capacity": {"perReplicaRate": 200},
+                    "metrics": {
+                        "backlog": backlog,
+                        "produceRate": format!("sum(grouped_produce_rate{{consumergroup=\"{group}\"}})"),
+                        "groupBy": "consumergroup",
+                    },
+                },
+            }))
+            .expect("a budget");
+            api.create(&PostParams::default(), &budget).await.expect("create the budget");
+        }
+        for (i, group) in groups.iter().enumerate() {
+            let status = wait_until(Duration::from_secs(60), "the budget observed its own group", || async {
+                let status = budget_status(env, &namespace, group).await?.status?;
+                let observed = status.observed.clone()?;
+                (observed.backlog == Some(1000.0 + i as f64)
+                    && observed.produce_rate == Some(100.0 + i as f64))
+                .then_some(status)
+            })
+            .await;
+            let grouped = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "QueriesGrouped")
+                .unwrap_or_else(|| panic!("{group} has a QueriesGrouped condition: {:?}", status.conditions));
+            if i == GROUPED {
+                assert_eq!(grouped.status, "False", "{grouped:?}");
+                assert!(grouped.message.contains("spec.metrics.backlog: vector() invents"), "{}", grouped.message);
+            } else {
+                assert_eq!(grouped.status, "True", "{grouped:?}");
+                assert!(grouped.message.contains(&format!("consumergroup=\"{group}\"")), "{}", grouped.message);
+            }
+        }
+        // Over a window of polls: evaluations per reconcile.
+        let counts = || {
+            let text = operator.context.metrics.encode();
+            (
+                metric_value(&text, "backlog_operator_prometheus_query_duration_seconds_count"),
+                metric_value(&text, "backlog_operator_reconciles_total{controller=\"backlogbudget\"}"),
+            )
+        };
+        let (Some(queries_before), Some(reconciles_before)) = counts() else {
+            panic!("the operator's metrics count queries and reconciles: {}", operator.context.metrics.encode());
+        };
+        let (queries, reconciles) = wait_until(Duration::from_secs(60), "ten polls of every budget", || async {
+            let (Some(queries), Some(reconciles)) = counts() else { return None };
+            let reconciles = reconciles - reconciles_before;
+            (reconciles >= 10.0 * groups.len() as f64).then_some((queries - queries_before, reconciles))
+        })
+        .await;
+        // Ungrouped, each reconcile evaluates at least its two own queries.
+        assert!(
+            queries <= 0.5 * reconciles,
+            "{queries} evaluations for {reconciles} reconciles"
+        );
+        eprintln!("grouped queries: {queries} evaluations for {reconciles} budget reconciles of {} budgets", groups.len());
     });
 }

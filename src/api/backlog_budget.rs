@@ -245,6 +245,16 @@ pub struct MetricQueries {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub partition_backlog: Option<String>,
+    /// A label whose value is what sets this budget's queries apart from other budgets' (e.g.
+    /// `consumergroup` when each budget asks `…{consumergroup="orders"}`). Every query that
+    /// matches it with `=` in each selector is then answered from one evaluation grouped by
+    /// it, shared by every budget on the same Prometheus, instead of one per budget (condition
+    /// `QueriesGrouped` says which queries are and why any other is not). Not
+    /// `partitionBacklog`, which is already grouped by partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-zA-Z_][a-zA-Z0-9_]*$')").message("metrics.groupBy must be a Prometheus label name such as consumergroup: letters, digits and '_', not starting with a digit"))]
+    pub group_by: Option<String>,
 }
 
 /// Consumer capacity.

@@ -2,6 +2,7 @@
 //! evaluates an expression once per poll however many budgets ask for it.
 
 pub mod allowlist;
+pub mod grouping;
 pub mod prometheus;
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 use crate::core::metric_input::Observation;
 
 pub use allowlist::{Allowlist, AllowlistError, Refused};
+pub use grouping::{Grouped, NotGroupable};
 
 /// A future returned by a backend; boxed so the trait stays object-safe for tests.
 pub type QueryFuture = Pin<Box<dyn Future<Output = Observation> + Send + 'static>>;
@@ -48,13 +50,31 @@ pub trait QueryBackend: Send + Sync {
             }
         })
     }
+
+    /// The series of a grouped evaluation that carry `label`, named by its value; series
+    /// without it belong to no budget and are left out.
+    fn instant_grouped(
+        &self,
+        address: &str,
+        expression: &str,
+        timeout: Duration,
+        label: &str,
+    ) -> LabelledFuture {
+        self.instant_by_label(address, expression, timeout, label)
+    }
 }
 
 /// What is cached per (server, expression): when it was asked and the (pending) answer.
-struct Entry {
+struct Entry<T> {
     asked: Instant,
-    answer: Arc<OnceCell<Observation>>,
+    answer: Arc<OnceCell<T>>,
 }
+
+/// A grouped evaluation's answer: the samples of each value of the label.
+type Groups = Result<HashMap<String, Vec<f64>>, String>;
+
+/// Whether an expression can share a grouped evaluation, with when it was last asked.
+type Groupings = HashMap<(String, String), (Instant, Arc<Result<Grouped, NotGroupable>>)>;
 
 /// Observer of query latencies (the operator's own metrics).
 pub trait QueryObserver: Send + Sync {
@@ -64,7 +84,11 @@ pub trait QueryObserver: Send + Sync {
 /// The answers by (server, expression), and when entries older than [`FORGET_AFTER`] were last
 /// dropped: sweeping on a schedule keeps each lookup O(1) however many budgets ask.
 struct Answers {
-    entries: HashMap<(String, String), Entry>,
+    entries: HashMap<(String, String), Entry<Observation>>,
+    /// Grouped evaluations by (server, shared expression).
+    grouped: HashMap<(String, String), Entry<Groups>>,
+    /// Each (label, expression)'s grouped form: parsing is dearer than a lookup.
+    groupings: Groupings,
     swept: Instant,
 }
 
@@ -99,6 +123,8 @@ impl MetricsSource {
             allowlist: Allowlist::any(),
             answers: Mutex::new(Answers {
                 entries: HashMap::new(),
+                grouped: HashMap::new(),
+                groupings: HashMap::new(),
                 swept: Instant::now(),
             }),
             concurrency: concurrency.max(1),
@@ -143,16 +169,77 @@ impl MetricsSource {
                     }
                     Err(reason) => Observation::Failed(reason),
                 };
-                if let Some(observer) = &self.observer {
-                    observer.observe(
-                        started.elapsed().as_secs_f64(),
-                        matches!(observation, Observation::Failed(_)),
-                    );
-                }
+                self.observed(started, matches!(observation, Observation::Failed(_)));
                 observation
             })
             .await
             .clone()
+    }
+
+    /// Like [`query_at`](Self::query_at); with `group_by`, an expression that differs from
+    /// other budgets' only in that label's value is answered from one grouped evaluation for
+    /// all of them ([`grouping`]), and any other is evaluated alone.
+    pub async fn query_for(
+        &self,
+        address: Option<&str>,
+        expression: &str,
+        group_by: Option<&str>,
+        max_age: Duration,
+    ) -> Observation {
+        let (Some(address), Some(label)) = (address, group_by) else {
+            return self.query_at(address, expression, max_age).await;
+        };
+        let grouping = self.grouping(expression, label);
+        let Ok(grouped) = grouping.as_ref() else {
+            return self.query(address, expression, max_age).await;
+        };
+        if let Err(refused) = self.permits(address) {
+            return Observation::Failed(refused.to_string());
+        }
+        let answer = self.grouped_entry(address, &grouped.shared, max_age);
+        let groups = answer
+            .get_or_init(|| async {
+                let started = Instant::now();
+                let groups = match self.slot(address).await {
+                    Ok(_slot) => self
+                        .backend
+                        .instant_grouped(address, &grouped.shared, self.timeout, label)
+                        .await
+                        .map(by_value),
+                    Err(reason) => Err(reason),
+                };
+                self.observed(started, groups.is_err());
+                groups
+            })
+            .await;
+        match groups {
+            // No series of this value is missing data, as an empty answer of its own would be.
+            Ok(groups) => {
+                Observation::Samples(groups.get(&grouped.value).cloned().unwrap_or_default())
+            }
+            Err(reason) => Observation::Failed(reason.clone()),
+        }
+    }
+
+    /// Whether `expression` can share a grouped evaluation by `label`, remembered.
+    pub fn grouping(&self, expression: &str, label: &str) -> Arc<Result<Grouped, NotGroupable>> {
+        let mut answers = self.answers();
+        let key = (label.to_owned(), expression.to_owned());
+        if let Some((asked, grouping)) = answers.groupings.get_mut(&key) {
+            *asked = Instant::now();
+            return Arc::clone(grouping);
+        }
+        let grouping = Arc::new(grouping::group(expression, label));
+        answers
+            .groupings
+            .insert(key, (Instant::now(), Arc::clone(&grouping)));
+        grouping
+    }
+
+    fn observed(&self, started: Instant, failed: bool) {
+        if let Some(observer) = &self.observer {
+            observer.observe(started.elapsed().as_secs_f64(), failed);
+        }
     }
 
     /// One of `address`'s query slots, once free. The wait is not bounded by the query
@@ -204,9 +291,7 @@ impl MetricsSource {
             Err(reason) => Err(reason),
         };
         // Counted in the operator's query metrics like every other query.
-        if let Some(observer) = &self.observer {
-            observer.observe(started.elapsed().as_secs_f64(), answer.is_err());
-        }
+        self.observed(started, answer.is_err());
         answer
     }
 
@@ -230,6 +315,20 @@ impl MetricsSource {
         expression: &str,
         max_age: Duration,
     ) -> Arc<OnceCell<Observation>> {
+        current(&mut self.answers().entries, address, expression, max_age)
+    }
+
+    fn grouped_entry(
+        &self,
+        address: &str,
+        shared: &str,
+        max_age: Duration,
+    ) -> Arc<OnceCell<Groups>> {
+        current(&mut self.answers().grouped, address, shared, max_age)
+    }
+
+    /// The cache, swept of old entries when a sweep is due.
+    fn answers(&self) -> std::sync::MutexGuard<'_, Answers> {
         // A poisoned lock only means another query panicked; the map itself is still usable.
         let mut answers = self
             .answers
@@ -239,25 +338,49 @@ impl MetricsSource {
             answers
                 .entries
                 .retain(|_, entry| entry.asked.elapsed() < FORGET_AFTER);
+            answers
+                .grouped
+                .retain(|_, entry| entry.asked.elapsed() < FORGET_AFTER);
+            answers
+                .groupings
+                .retain(|_, (asked, _)| asked.elapsed() < FORGET_AFTER);
             answers.swept = Instant::now();
         }
-        let entries = &mut answers.entries;
-        let key = (address.to_owned(), expression.to_owned());
-        match entries.get(&key) {
-            Some(entry) if entry.asked.elapsed() <= max_age => Arc::clone(&entry.answer),
-            _ => {
-                let answer = Arc::new(OnceCell::new());
-                entries.insert(
-                    key,
-                    Entry {
-                        asked: Instant::now(),
-                        answer: Arc::clone(&answer),
-                    },
-                );
-                answer
-            }
+        answers
+    }
+}
+
+/// The entry of (`address`, `expression`) if asked within `max_age`, otherwise a new one.
+fn current<T>(
+    entries: &mut HashMap<(String, String), Entry<T>>,
+    address: &str,
+    expression: &str,
+    max_age: Duration,
+) -> Arc<OnceCell<T>> {
+    let key = (address.to_owned(), expression.to_owned());
+    match entries.get(&key) {
+        Some(entry) if entry.asked.elapsed() <= max_age => Arc::clone(&entry.answer),
+        _ => {
+            let answer = Arc::new(OnceCell::new());
+            entries.insert(
+                key,
+                Entry {
+                    asked: Instant::now(),
+                    answer: Arc::clone(&answer),
+                },
+            );
+            answer
         }
     }
+}
+
+/// A grouped answer's samples by value.
+fn by_value(series: Vec<(String, f64)>) -> HashMap<String, Vec<f64>> {
+    let mut groups: HashMap<String, Vec<f64>> = HashMap::new();
+    for (value, sample) in series {
+        groups.entry(value).or_default().push(sample);
+    }
+    groups
 }
 
 #[cfg(test)]
@@ -353,6 +476,97 @@ mod tests {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         assert_eq!(given, vec![Duration::from_secs(5); 3]);
+    }
+
+    /// Answers a grouped expression with one series per consumer group; counts the calls.
+    struct Groups {
+        calls: AtomicUsize,
+    }
+
+    impl QueryBackend for Groups {
+        fn instant(&self, _: &str, _: &str, _: Duration) -> QueryFuture {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Observation::Samples(vec![7.0]) })
+        }
+
+        fn instant_grouped(
+            &self,
+            _: &str,
+            expression: &str,
+            _: Duration,
+            label: &str,
+        ) -> LabelledFuture {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let answer = if expression.contains("broken") {
+                Err("bad_data: broken".to_owned())
+            } else {
+                assert!(
+                    expression.contains(&format!("by ({label})")),
+                    "{expression}"
+                );
+                Ok(vec![
+                    ("orders".to_owned(), 10.0),
+                    ("billing".to_owned(), 20.0),
+                ])
+            };
+            Box::pin(async move { answer })
+        }
+    }
+
+    #[tokio::test]
+    async fn budgets_that_differ_in_the_group_label_share_one_evaluation() {
+        let backend = Arc::new(Groups {
+            calls: AtomicUsize::new(0),
+        });
+        let source = MetricsSource::new(backend.clone(), 4, Duration::from_secs(1));
+        let poll = Duration::from_secs(60);
+        let ask = |group: &'static str| {
+            let expression = format!("sum(lag{{consumergroup=\"{group}\"}})");
+            let source = &source;
+            async move {
+                source
+                    .query_for(Some("http://p"), &expression, Some("consumergroup"), poll)
+                    .await
+            }
+        };
+        let (orders, billing, shipping) =
+            tokio::join!(ask("orders"), ask("billing"), ask("shipping"));
+        assert_eq!(orders, Observation::Samples(vec![10.0]));
+        assert_eq!(billing, Observation::Samples(vec![20.0]));
+        // A value with no series is missing data, never zero.
+        assert_eq!(shipping, Observation::Samples(vec![]));
+        assert_eq!(backend.calls.load(Ordering::SeqCst), 1);
+        // An expression that cannot be grouped is asked as it is.
+        let alone = source
+            .query_for(
+                Some("http://p"),
+                "sum(lag{consumergroup=~\"o.*\"})",
+                Some("consumergroup"),
+                poll,
+            )
+            .await;
+        assert_eq!(alone, Observation::Samples(vec![7.0]));
+        // A failed grouped evaluation fails every budget that shares it, with its reason.
+        let failed = source
+            .query_for(
+                Some("http://p"),
+                "sum(broken{consumergroup=\"orders\"})",
+                Some("consumergroup"),
+                poll,
+            )
+            .await;
+        assert_eq!(failed, Observation::Failed("bad_data: broken".to_owned()));
+        assert_eq!(backend.calls.load(Ordering::SeqCst), 3);
+        // Without a server, nothing is asked.
+        let nowhere = source
+            .query_for(
+                None,
+                "sum(lag{consumergroup=\"orders\"})",
+                Some("consumergroup"),
+                poll,
+            )
+            .await;
+        assert_eq!(nowhere, Observation::Failed(NO_PROMETHEUS.to_owned()));
     }
 
     #[tokio::test]

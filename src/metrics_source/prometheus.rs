@@ -176,6 +176,31 @@ impl QueryBackend for PrometheusBackend {
         let label = label.to_owned();
         Box::pin(async move { labelled_of(answer.await?.data(), &label) })
     }
+
+    fn instant_grouped(
+        &self,
+        address: &str,
+        expression: &str,
+        timeout: Duration,
+        label: &str,
+    ) -> LabelledFuture {
+        let answer = evaluate(
+            self.client(address, timeout),
+            expression.to_owned(),
+            address.to_owned(),
+            timeout,
+        );
+        let label = label.to_owned();
+        Box::pin(async move {
+            match answer.await?.data() {
+                Data::Vector(vector) => Ok(vector
+                    .iter()
+                    .filter_map(|v| Some((v.metric().get(&label)?.clone(), v.sample().value())))
+                    .collect()),
+                _ => Err("a grouped query must return an instant vector".to_owned()),
+            }
+        })
+    }
 }
 
 impl PrometheusBackend {

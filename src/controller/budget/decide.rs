@@ -26,7 +26,7 @@ use crate::core::scaling::{
 
 use super::facts::{BudgetFacts, ScalingFacts};
 use super::inputs::{conflict_inputs, scaling_inputs};
-use super::{capacity, classes, control_document, status};
+use super::{capacity, classes, control_document, grouping, status};
 
 /// How soon a budget whose spec cannot be used is looked at again.
 pub const INVALID_RETRY: Duration = Duration::from_secs(30);
@@ -175,6 +175,7 @@ pub fn decide(
         // Nothing was asked while another autoscaler owns the target.
         ScalingFacts::OwnedElsewhere(_) => next,
     };
+    let next = grouping::record(next, observed.grouping.as_ref(), generation, now);
     let next = classes.record(next, generation, now);
     let document =
         control_document::prepare(budget, &observed.policy, &observed.configmap, &next, now);

@@ -18,6 +18,7 @@ use crate::controller::error::Error;
 use super::classes::ClassObservations;
 use super::control_document::{ConfigMapFact, PolicyFact, configmap_name, resolve_policy};
 use super::documents::Cached;
+use super::grouping::{GroupingReport, report};
 use super::inputs::{MetricObservations, observe_classes, observe_metrics, prometheus_address};
 use super::target::{TargetProblem, Workload, read};
 use super::{BudgetContext, conflict};
@@ -31,6 +32,8 @@ pub struct Observed {
     pub classes: Vec<ClassObservations>,
     pub policy: PolicyFact,
     pub configmap: ConfigMapFact,
+    /// What `metrics.groupBy` made of the queries; `None` without it.
+    pub grouping: Option<GroupingReport>,
 }
 
 /// Who scales the target, and what the scaling queries returned.
@@ -99,6 +102,9 @@ pub async fn gather(
         classes,
         policy,
         configmap,
+        grouping: report(budget, |expression, label| {
+            queries.grouping(expression, label)
+        }),
     };
     Ok((BudgetFacts::Observed(Box::new(observed)), Some(api)))
 }

@@ -61,12 +61,17 @@ pub async fn observe_metrics(
     poll: Duration,
 ) -> MetricObservations {
     let metrics = &budget.spec.metrics;
+    let group_by = metrics.group_by.as_deref();
     // Another budget asking the same within half a poll gets the same evaluation.
     let max_age = poll / 2;
     let ask = |expression: Option<String>| async move {
         match expression {
             None => None,
-            Some(expression) => Some(queries.query_at(address, &expression, max_age).await),
+            Some(expression) => Some(
+                queries
+                    .query_for(address, &expression, group_by, max_age)
+                    .await,
+            ),
         }
     };
     let class_queries: Vec<(String, String)> = budget
@@ -77,7 +82,10 @@ pub async fn observe_metrics(
         .collect();
     let class_backlogs = futures::future::join_all(class_queries.into_iter().map(
         |(class, expression)| async move {
-            (class, queries.query_at(address, &expression, max_age).await)
+            let observation = queries
+                .query_for(address, &expression, group_by, max_age)
+                .await;
+            (class, observation)
         },
     ));
     let peak = async {
@@ -85,9 +93,10 @@ pub async fn observe_metrics(
             None => None,
             Some(expression) => Some(
                 queries
-                    .query_at(
+                    .query_for(
                         address,
                         &peak_expression(expression),
+                        group_by,
                         PEAK_REFRESH.max(max_age),
                     )
                     .await,
@@ -151,12 +160,13 @@ pub async fn observe_classes(
     queries: &MetricsSource,
     poll: Duration,
 ) -> Vec<ClassObservations> {
+    let group_by = budget.spec.metrics.group_by.as_deref();
     // Another budget asking the same within half a poll gets the same evaluation.
     let max_age = poll / 2;
     futures::future::join_all(budget.spec.event_classes.iter().map(|class| async move {
         let (failure_ratio, execution_rate) = tokio::join!(
-            queries.query_at(address, &class.failure_ratio, max_age),
-            queries.query_at(address, &class.execution_rate, max_age),
+            queries.query_for(address, &class.failure_ratio, group_by, max_age),
+            queries.query_for(address, &class.execution_rate, group_by, max_age),
         );
         ClassObservations {
             failure_ratio,

@@ -8,6 +8,7 @@ pub mod control_document;
 pub mod decide;
 pub mod documents;
 pub mod facts;
+mod grouping;
 pub mod inputs;
 pub mod memory;
 pub mod news;

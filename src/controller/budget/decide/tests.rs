@@ -87,6 +87,7 @@ fn aged_facts(backlog: f64, age: f64, rate: f64, replicas: u32, ratio: f64) -> B
         }],
         policy: Ok(PolicySource::Unset),
         configmap: ConfigMapFact::Absent,
+        grouping: None,
     }))
 }
 

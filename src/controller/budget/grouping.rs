@@ -1,0 +1,217 @@
+//! Condition `QueriesGrouped` (pure): with `metrics.groupBy`, whether every query the label
+//! applies to shares a grouped evaluation, and which one is evaluated alone and why. A user who
+//! opts in learns from it that the saving happens, or what to change; without the field the
+//! condition is absent.
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus};
+use crate::api::conditions::{ConditionSpec, Truth, merge_conditions};
+use crate::metrics_source::{Grouped, NotGroupable};
+
+use super::inputs::peak_expression;
+
+pub const QUERIES_GROUPED: &str = "QueriesGrouped";
+
+/// What `metrics.groupBy` made of a budget's queries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupingReport {
+    pub label: String,
+    /// The value of the label this budget's grouped queries read, first found.
+    pub value: Option<String>,
+    pub grouped: usize,
+    /// (field, why) of each query evaluated alone.
+    pub alone: Vec<(String, String)>,
+}
+
+/// Each query `metrics.groupBy` applies to, named by its field: the scaling queries (and the
+/// 24-hour peak made of `produceRate`) and the event classes' queries. `partitionBacklog` is
+/// grouped by partition already.
+pub fn grouped_queries(budget: &BacklogBudget) -> Vec<(String, String)> {
+    let metrics = &budget.spec.metrics;
+    let mut queries = vec![("spec.metrics.backlog".to_owned(), metrics.backlog.clone())];
+    for (field, expression) in [
+        ("oldestUnfinishedAge", &metrics.oldest_unfinished_age),
+        ("produceRate", &metrics.produce_rate),
+        ("completionRate", &metrics.completion_rate),
+        ("retryRate", &metrics.retry_rate),
+        ("quarantineRate", &metrics.quarantine_rate),
+        ("partitions", &metrics.partitions),
+    ] {
+        if let Some(expression) = expression {
+            queries.push((format!("spec.metrics.{field}"), expression.clone()));
+        }
+    }
+    if let Some(produce_rate) = &metrics.produce_rate {
+        // Grouped or not together with produceRate; named by it.
+        queries.push((
+            "spec.metrics.produceRate (its 24-hour peak)".to_owned(),
+            peak_expression(produce_rate),
+        ));
+    }
+    for class in &budget.spec.event_classes {
+        let field = |query: &str| format!("spec.eventClasses[{}].{query}", class.name);
+        queries.push((field("failureRatio"), class.failure_ratio.clone()));
+        queries.push((field("executionRate"), class.execution_rate.clone()));
+        if let Some(backlog) = &class.backlog {
+            queries.push((field("backlog"), backlog.clone()));
+        }
+    }
+    queries
+}
+
+/// The report of a budget with `metrics.groupBy`, from each query's grouped form.
+pub fn report<G>(budget: &BacklogBudget, grouping: G) -> Option<GroupingReport>
+where
+    G: Fn(&str, &str) -> std::sync::Arc<Result<Grouped, NotGroupable>>,
+{
+    let label = budget.spec.metrics.group_by.clone()?;
+    let mut report = GroupingReport {
+        label,
+        value: None,
+        grouped: 0,
+        alone: Vec::new(),
+    };
+    for (field, expression) in grouped_queries(budget) {
+        match grouping(&expression, &report.label).as_ref() {
+            Ok(grouped) => {
+                report.grouped += 1;
+                report.value.get_or_insert_with(|| grouped.value.clone());
+            }
+            Err(why) => report.alone.push((field, why.to_string())),
+        }
+    }
+    Some(report)
+}
+
+/// The condition a report makes.
+pub fn condition(report: &GroupingReport) -> ConditionSpec {
+    let label = &report.label;
+    if report.alone.is_empty() {
+        let value = report.value.as_deref().unwrap_or_default();
+        return ConditionSpec::new(
+            QUERIES_GROUPED,
+            Truth::True,
+            "Grouped",
+            format!(
+                "all {} queries are answered from evaluations grouped by {label}, shared with every budget on the same Prometheus (this budget reads {label}=\"{value}\")",
+                report.grouped
+            ),
+        );
+    }
+    let alone: Vec<String> = report
+        .alone
+        .iter()
+        .map(|(field, why)| format!("{field}: {why}"))
+        .collect();
+    ConditionSpec::new(
+        QUERIES_GROUPED,
+        Truth::False,
+        "NotGroupable",
+        format!(
+            "{} of {} queries are evaluated alone, once per budget: {}. To share a grouped evaluation, match {label}=\"…\" with = in every selector of the query, keep {label} in its aggregations and vector matches, and avoid functions that invent labels (absent, vector, scalar, label_replace, label_join)",
+            report.alone.len(),
+            report.alone.len() + report.grouped,
+            alone.join("; ")
+        ),
+    )
+}
+
+/// The status with the condition of `report`, or without the condition when the budget does
+/// not group its queries (any more).
+pub fn record(
+    mut status: BacklogBudgetStatus,
+    report: Option<&GroupingReport>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> BacklogBudgetStatus {
+    match report {
+        Some(report) => {
+            status.conditions =
+                merge_conditions(&status.conditions, &[condition(report)], generation, now);
+        }
+        None => status.conditions.retain(|c| c.type_ != QUERIES_GROUPED),
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::api::backlog_budget::BacklogBudgetSpec;
+
+    fn budget(group_by: Option<&str>, completion_rate: &str) -> BacklogBudget {
+        let mut spec: BacklogBudgetSpec = serde_json::from_value(serde_json::json!({
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "orders"},
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "completionDeadline": "10m",
+            "partitionCount": 4,
+            "metrics": {
+                "backlog": "sum(lag{consumergroup=\"orders\"})",
+                "produceRate": "sum(rate(produced_total{consumergroup=\"orders\"}[1m]))",
+                "completionRate": completion_rate,
+            },
+        }))
+        .expect("a spec");
+        spec.metrics.group_by = group_by.map(str::to_owned);
+        BacklogBudget::new("orders", spec)
+    }
+
+    fn grouping(expression: &str, label: &str) -> Arc<Result<Grouped, NotGroupable>> {
+        Arc::new(crate::metrics_source::grouping::group(expression, label))
+    }
+
+    #[test]
+    fn every_groupable_query_is_grouped_and_the_condition_says_so() {
+        let budget = budget(
+            Some("consumergroup"),
+            "sum(rate(done_total{consumergroup=\"orders\"}[1m]))",
+        );
+        let report = report(&budget, grouping).expect("groupBy is set");
+        // backlog, produceRate, its peak and completionRate.
+        assert_eq!(report.grouped, 4);
+        assert_eq!(report.value.as_deref(), Some("orders"));
+        let condition = condition(&report);
+        assert_eq!(condition.status, Truth::True);
+        assert!(condition.message.contains("consumergroup=\"orders\""));
+    }
+
+    #[test]
+    fn a_query_evaluated_alone_is_named_with_the_reason_and_the_fix() {
+        let budget = budget(
+            Some("consumergroup"),
+            "sum(rate(done_total[1m])) or vector(0)",
+        );
+        let report = report(&budget, grouping).expect("groupBy is set");
+        assert_eq!(report.grouped, 3);
+        let condition = condition(&report);
+        assert_eq!(condition.status, Truth::False);
+        assert_eq!(condition.reason, "NotGroupable");
+        assert!(
+            condition.message.starts_with(
+                "1 of 4 queries are evaluated alone, once per budget: spec.metrics.completionRate:"
+            ),
+            "{}",
+            condition.message
+        );
+    }
+
+    #[test]
+    fn without_group_by_there_is_no_report_and_the_condition_goes() {
+        let grouped = budget(Some("consumergroup"), "sum(done{consumergroup=\"orders\"})");
+        let status = record(
+            BacklogBudgetStatus::default(),
+            report(&grouped, grouping).as_ref(),
+            Some(1),
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(status.conditions.len(), 1);
+        let plain = budget(None, "sum(done{consumergroup=\"orders\"})");
+        assert_eq!(report(&plain, grouping), None);
+        let status = record(status, None, Some(2), Timestamp::UNIX_EPOCH);
+        assert!(status.conditions.is_empty());
+    }
+}
