@@ -7,7 +7,8 @@
 //! backlog rising in Prometheus to the scale write on its Deployment.
 //!
 //! Settings (environment): `N` budgets (100), `SETTLE` and `WINDOW` seconds (120 and 300),
-//! `POLL` seconds (15).
+//! `POLL` seconds (15), `GROUP_BY=1` to give every budget `metrics.groupBy: group` (their
+//! queries differ only in that label's value).
 
 // Shared with the integration tests, which use all of it.
 #[allow(dead_code)]
@@ -49,6 +50,7 @@ fn main() {
     let settle = Duration::from_secs(setting("SETTLE", 120));
     let window = Duration::from_secs(setting("WINDOW", 300));
     let poll = setting("POLL", 15);
+    let group_by = setting("GROUP_BY", 0) == 1;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cluster = LocalCluster::start(Options::default().prometheus(true))
         .unwrap_or_else(|e| panic!("the local control plane and Prometheus did not start: {e}"));
@@ -77,7 +79,7 @@ fn main() {
         .expect("a scrape target");
     runtime.block_on(wait_for_series(&prometheus, n));
 
-    let created = runtime.block_on(create_objects(&client, n, poll));
+    let created = runtime.block_on(create_objects(&client, n, poll, group_by));
     let operator = Operator(start_operator(&cluster, &prometheus));
     let pid = operator.0.id();
     let to_status = runtime.block_on(wait_all_have_status(&client, n, created));
@@ -103,7 +105,8 @@ fn main() {
     let reaction = runtime.block_on(reaction_time(&client, &exporter, &prometheus, poll));
 
     println!(
-        "## Scale: {n} budgets, poll {poll}s, steady window {}s after {}s",
+        "## Scale: {n} budgets{}, poll {poll}s, steady window {}s after {}s",
+        if group_by { " with groupBy" } else { "" },
         window.as_secs(),
         settle.as_secs()
     );
@@ -191,8 +194,16 @@ async fn query(prometheus: &str, expression: &str) -> Option<f64> {
         .ok()
 }
 
-fn budget_body(name: &str, poll: u64) -> Value {
+fn budget_body(name: &str, poll: u64, group_by: bool) -> Value {
     let series = |metric: &str| format!("{metric}{{group=\"{name}\", job=\"{JOB}\"}}");
+    let mut metrics = json!({
+        "backlog": format!("sum({})", series("scale_lag")),
+        "oldestUnfinishedAge": format!("max({})", series("scale_oldest_age_seconds")),
+        "produceRate": format!("sum({})", series("scale_produce_rate")),
+    });
+    if group_by {
+        metrics["groupBy"] = json!("group");
+    }
     json!({
         "apiVersion": "backlog.dev/v1alpha1",
         "kind": "BacklogBudget",
@@ -204,11 +215,7 @@ fn budget_body(name: &str, poll: u64) -> Value {
             "completionDeadline": "10m",
             "partitionCount": 12,
             "pollInterval": format!("{poll}s"),
-            "metrics": {
-                "backlog": format!("sum({})", series("scale_lag")),
-                "oldestUnfinishedAge": format!("max({})", series("scale_oldest_age_seconds")),
-                "produceRate": format!("sum({})", series("scale_produce_rate")),
-            },
+            "metrics": metrics,
             "capacity": {"perReplicaRate": 200, "reservedRetryShare": 0},
         }
     })
@@ -232,7 +239,7 @@ fn deployment_body(name: &str) -> Value {
 
 /// Creates the namespace, the Deployments and the budgets; returns when the last budget was
 /// created.
-async fn create_objects(client: &Client, n: u64, poll: u64) -> Instant {
+async fn create_objects(client: &Client, n: u64, poll: u64, group_by: bool) -> Instant {
     let apply = PatchParams::apply("bench-scale").force();
     Api::<Namespace>::all(client.clone())
         .patch(
@@ -247,7 +254,7 @@ async fn create_objects(client: &Client, n: u64, poll: u64) -> Instant {
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     apply_all(&deployments, n, deployment_body).await;
     let budgets = Api::<BacklogBudget>::namespaced(client.clone(), NAMESPACE);
-    apply_all(&budgets, n, |name| budget_body(name, poll)).await;
+    apply_all(&budgets, n, |name| budget_body(name, poll, group_by)).await;
     Instant::now()
 }
 

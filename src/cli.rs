@@ -90,7 +90,7 @@ pub enum Command {
         output: crate::plan::Format,
     },
     /// Run the controllers against the cluster in the current kubeconfig (or in-cluster).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the version.
     Version,
 }
@@ -170,6 +170,22 @@ pub struct RunArgs {
     /// Deadline for establishing a connection to the API server.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub api_connect_timeout: std::time::Duration,
+    /// API requests per second the controllers send on average (a client-side limit; its
+    /// waits are counted in /metrics). 0 sends without a limit. The Lease is never held back.
+    #[arg(long, default_value_t = crate::api_client::DEFAULT_QPS, value_parser = parse_qps)]
+    pub api_qps: f64,
+    /// API requests the controllers may send at once above --api-qps.
+    #[arg(long, default_value_t = crate::api_client::DEFAULT_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    pub api_burst: u32,
+}
+
+fn parse_qps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(qps) if qps.is_finite() && qps >= 0.0 => Ok(qps),
+        _ => Err(format!(
+            "{text:?} is not a rate: give requests per second, such as 200 (0 for no limit)"
+        )),
+    }
 }
 
 fn parse_duration(value: &str) -> Result<std::time::Duration, String> {

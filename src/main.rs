@@ -42,7 +42,7 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         cli::Command::Plan { file, output } => plan(&file, output),
-        cli::Command::Run(args) => run(args),
+        cli::Command::Run(args) => run(*args),
         cli::Command::Version => {
             println!("backlog-operator {}", env!("CARGO_PKG_VERSION"));
             Ok(())
@@ -169,6 +169,8 @@ fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             connect_timeout: args.api_connect_timeout,
             request_timeout: args.api_timeout,
             identity: args.identity,
+            qps: args.api_qps,
+            burst: args.api_burst,
         },
         leader_election,
         report_failures_after: args.report_failures_after,

@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::api_client::ThrottleObserver;
 use crate::metrics_source::QueryObserver;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -46,6 +47,9 @@ pub struct Metrics {
     pub desired_replicas: Family<BudgetLabels, Gauge>,
     pub drain_time_seconds: Family<BudgetLabels, Gauge<f64, AtomicU64>>,
     pub query_duration: Histogram,
+    /// API requests that waited for the client-side rate limit, and how long.
+    pub api_throttled: Counter,
+    pub api_throttle_wait: Histogram,
     pub query_failures: Counter,
     /// 1 while this replica leads (or runs without leader election), else 0.
     pub leading: Gauge,
@@ -66,6 +70,8 @@ impl Default for Metrics {
         let drain_time_seconds = Family::<BudgetLabels, Gauge<f64, AtomicU64>>::default();
         let query_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let query_failures = Counter::default();
+        let api_throttled = Counter::default();
+        let api_throttle_wait = Histogram::new(exponential_buckets(0.005, 2.0, 14));
         let leading = Gauge::default();
         let leadership_lost = Counter::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
@@ -105,6 +111,16 @@ impl Default for Metrics {
             query_failures.clone(),
         );
         registry.register(
+            "api_throttled_requests",
+            "API requests that waited for the client-side limit (--api-qps, --api-burst)",
+            api_throttled.clone(),
+        );
+        registry.register(
+            "api_throttle_wait_seconds",
+            "How long API requests waited for the client-side limit",
+            api_throttle_wait.clone(),
+        );
+        registry.register(
             "leading",
             "1 while this replica holds the Lease and may write, else 0",
             leading.clone(),
@@ -124,6 +140,8 @@ impl Default for Metrics {
             drain_time_seconds,
             query_duration,
             query_failures,
+            api_throttled,
+            api_throttle_wait,
             leading,
             leadership_lost,
         }
@@ -157,6 +175,13 @@ impl Metrics {
                 error: error.to_owned(),
             })
             .inc();
+    }
+}
+
+impl ThrottleObserver for Metrics {
+    fn throttled(&self, waited: std::time::Duration) {
+        self.api_throttled.inc();
+        self.api_throttle_wait.observe(waited.as_secs_f64());
     }
 }
 

@@ -128,7 +128,15 @@ impl ContextSettings {
 
 /// The shared context for a client, from explicit settings.
 pub fn build_context(client: Client, settings: ContextSettings) -> Context {
-    let metrics = Arc::new(Metrics::default());
+    build_context_with(client, settings, Arc::new(Metrics::default()))
+}
+
+/// The same, counting in `metrics` (which the client may already count its waits in).
+pub fn build_context_with(
+    client: Client,
+    settings: ContextSettings,
+    metrics: Arc<Metrics>,
+) -> Context {
     let queries = Arc::new(
         MetricsSource::new(
             PrometheusBackend::shared(),
@@ -174,14 +182,20 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
         Some(_) => WriteGate::closed(),
         None => WriteGate::always_open(),
     };
-    let client =
-        api_client::build(config.clone(), &options.client, gate.clone()).map_err(Error::Client)?;
+    let metrics = Arc::new(Metrics::default());
+    let client = api_client::build(
+        config.clone(),
+        &options.client,
+        gate.clone(),
+        Some(metrics.clone()),
+    )
+    .map_err(Error::Client)?;
     let allowlist = Allowlist::new(
         &options.allowed_prometheus_urls,
         options.prometheus_url.as_deref(),
     )
     .map_err(Error::Settings)?;
-    let context = build_context(
+    let context = build_context_with(
         client,
         ContextSettings {
             prometheus_url: options.prometheus_url.clone(),
@@ -191,6 +205,7 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
             worker_policy: options.worker_policy.clone(),
             report_failures_after: options.report_failures_after,
         },
+        metrics,
     );
     let context = Arc::new(context);
     let health = Health {
@@ -217,8 +232,14 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
     };
 
     let lease_gate = WriteGate::closed();
-    let lease_client =
-        api_client::build(config, &options.client, lease_gate.clone()).map_err(Error::Client)?;
+    // The Lease has a client of its own without the limit: renewals never queue behind a
+    // burst of the controllers' writes.
+    let lease_settings = api_client::ClientSettings {
+        qps: 0.0,
+        ..options.client.clone()
+    };
+    let lease_client = api_client::build(config, &lease_settings, lease_gate.clone(), None)
+        .map_err(Error::Client)?;
     let mut elector = leader::Elector::new(lease_client, lease_gate, settings);
     let timing = elector.settings().timing;
     let mut terminated = std::pin::pin!(termination());

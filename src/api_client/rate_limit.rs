@@ -1,0 +1,208 @@
+//! A client-side limit on how fast the controllers send API requests: a token bucket refilled
+//! at `qps` per second that holds at most `burst`. Steady state sends nothing, but a start with
+//! ten thousand budgets, or a change that touches all of them, would otherwise send as fast as
+//! the API server answers, and every other client of the cluster would pay for it (the server's
+//! priority and fairness throttles whoever shares our priority level). Requests over the limit
+//! wait in order of arrival; the wait is outside the request's deadline and is counted in
+//! `/metrics`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::{BoxError, Layer, Service};
+
+/// Told of every request that had to wait for the limit.
+pub trait ThrottleObserver: Send + Sync {
+    fn throttled(&self, waited: Duration);
+}
+
+/// `qps` requests per second on average, `burst` at once.
+pub struct RateLimit {
+    qps: f64,
+    burst: f64,
+    bucket: Mutex<Bucket>,
+    observer: Option<Arc<dyn ThrottleObserver>>,
+}
+
+/// Tokens left (negative: reserved by requests still waiting) as of `at`.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl RateLimit {
+    /// A full bucket. `qps` must be positive and finite; `burst` at least 1.
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: if qps.is_finite() && qps > 0.0 {
+                qps
+            } else {
+                f64::MAX
+            },
+            burst,
+            bucket: Mutex::new(Bucket {
+                tokens: burst,
+                at: Instant::now(),
+            }),
+            observer: None,
+        }
+    }
+
+    pub fn with_observer(mut self, observer: Arc<dyn ThrottleObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Takes a token now; how long the request must wait until it is its turn (zero while
+    /// the bucket holds one).
+    pub fn reserve(&self) -> Duration {
+        let now = Instant::now();
+        // A poisoned lock only means a holder panicked; the two numbers are still usable.
+        let mut bucket = self
+            .bucket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let refilled = now.saturating_duration_since(bucket.at).as_secs_f64() * self.qps;
+        bucket.tokens = (bucket.tokens + refilled).min(self.burst) - 1.0;
+        bucket.at = now;
+        if bucket.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-bucket.tokens / self.qps)
+        }
+    }
+}
+
+/// Applies [`RateLimited`].
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    limit: Arc<RateLimit>,
+}
+
+impl RateLimitLayer {
+    pub fn new(limit: Arc<RateLimit>) -> Self {
+        Self { limit }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimited {
+            inner,
+            limit: Arc::clone(&self.limit),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RateLimited<S> {
+    inner: S,
+    limit: Arc<RateLimit>,
+}
+
+impl<S, R> Service<R> for RateLimited<S>
+where
+    S: Service<R> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    R: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let wait = self.limit.reserve();
+        // The service that was polled ready is the one called; a fresh clone stays behind.
+        let fresh = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, fresh);
+        let observer = self.limit.observer.clone();
+        Box::pin(async move {
+            if !wait.is_zero() {
+                if let Some(observer) = observer {
+                    observer.throttled(wait);
+                }
+                tokio::time::sleep(wait).await;
+            }
+            ready.call(request).await.map_err(Into::into)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Counting {
+        waits: Mutex<Vec<Duration>>,
+    }
+
+    impl ThrottleObserver for Counting {
+        fn throttled(&self, waited: Duration) {
+            self.waits
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(waited);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_passes_and_the_rest_follow_at_the_rate_in_order() {
+        let observer = Arc::new(Counting::default());
+        let limit = Arc::new(RateLimit::new(10.0, 3).with_observer(observer.clone()));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let counter = Arc::clone(&sent);
+        let service = tower::service_fn(move |i: usize| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let at = started.elapsed();
+            async move { Ok::<_, std::convert::Infallible>((i, at)) }
+        });
+        let mut limited = RateLimitLayer::new(limit).layer(service);
+        let calls: Vec<_> = (0..6).map(|i| limited.call(i)).collect();
+        let answers = futures::future::join_all(calls).await;
+        let times: Vec<(usize, Duration)> = answers
+            .into_iter()
+            .map(|answer| answer.expect("answered"))
+            .collect();
+        let ms = |n: u64| Duration::from_millis(n);
+        assert_eq!(
+            times,
+            vec![
+                (0, ms(0)),
+                (1, ms(0)),
+                (2, ms(0)),
+                (3, ms(100)),
+                (4, ms(200)),
+                (5, ms(300))
+            ]
+        );
+        assert_eq!(sent.load(Ordering::SeqCst), 6);
+        let waits = observer
+            .waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        assert_eq!(waits, vec![ms(100), ms(200), ms(300)]);
+        // After a quiet second the bucket is full again, never fuller than the burst.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let limit = RateLimit::new(10.0, 3);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let free = (0..4).map(|_| limit.reserve()).collect::<Vec<_>>();
+        assert_eq!(free, vec![ms(0), ms(0), ms(0), ms(100)]);
+    }
+}
