@@ -40,6 +40,7 @@ fn main() -> ExitCode {
             an_api_server_restart_is_survived_without_invalid_flaps,
             a_lasting_failure_to_scale_is_reported_once_and_cleared,
             a_steady_budget_neither_writes_nor_reads_its_status,
+            a_hundred_steady_budgets_send_nothing_but_watches,
         ],
         true,
     )
@@ -249,6 +250,12 @@ fn writes_by(env: &TestEnv, identity: &str) -> Vec<AuditEvent> {
         .into_iter()
         .filter(|e| e.verb != "get" && e.verb != "list" && e.verb != "watch")
         .collect()
+}
+
+/// When the latest of `events` was received. The audit log is in the order requests completed,
+/// not arrived: the last line is not always the latest request.
+fn latest(events: &[AuditEvent]) -> Option<Timestamp> {
+    events.iter().map(time_of).max()
 }
 
 fn is_lease(event: &AuditEvent) -> bool {
@@ -1063,7 +1070,7 @@ fn a_steady_budget_neither_writes_nor_reads_its_status(env: &TestEnv) {
             "ten polls without a write, or a read of a workload, a control document or a custom resource",
             || async {
                 let on_budget = requests_by(env, &identity);
-                let last = on_budget.last().map(time_of);
+                let last = latest(&on_budget);
                 let now = Timestamp::now();
                 let reconciles = budget_reconciles(&operator).await;
                 match last {
@@ -1104,5 +1111,101 @@ fn a_steady_budget_neither_writes_nor_reads_its_status(env: &TestEnv) {
             polled_after - reconciles.unwrap_or(0.0)
         );
         load.stop(env);
+    });
+}
+
+/// `make bench-scale` in small: 100 budgets with metrics that do not move, half of them
+/// grouping their queries (`metrics.groupBy`), on one operator process. Once settled, the
+/// operator sends no write and no read (of budgets, targets, control documents or any custom
+/// resource) for ten polls while it keeps polling every budget, checked against the API
+/// server's audit log; an operator that wrote a status or read anything per poll would never
+/// be quiet that long with a hundred budgets.
+fn a_hundred_steady_budgets_send_nothing_but_watches(env: &TestEnv) {
+    const N: usize = 100;
+    const EVERY: Duration = Duration::from_secs(2);
+    let _shared = SHARED_PROCESSES.read();
+    let namespace = env.fresh_namespace("hundred");
+    env.block_on(async {
+        let exporter = Exporter::start();
+        let job = format!("faults-{namespace}");
+        env.add_scrape_target(&job, &exporter.target(), &[]);
+        let names: Vec<String> = (0..N).map(|i| format!("c{i:03}")).collect();
+        for name in &names {
+            let labels = [("group", name.as_str())];
+            exporter.set("faults_lag", &labels, 500.0);
+            exporter.set("faults_oldest_age_seconds", &labels, 5.0);
+            exporter.set("faults_produce_rate", &labels, 500.0);
+        }
+        let budgets = Api::<BacklogBudget>::namespaced(env.admin(), &namespace);
+        for (i, name) in names.iter().enumerate() {
+            deployment(env, &namespace, name, 3).await;
+            let mut body = budget_body(name, &job);
+            body["spec"]["pollInterval"] = json!(format!("{}s", EVERY.as_secs()));
+            if i % 2 == 1 {
+                body["spec"]["metrics"]["groupBy"] = json!("group");
+            }
+            budgets
+                .patch(name, &PatchParams::apply("faults-test").force(), &Patch::Apply(body))
+                .await
+                .expect("apply the budget");
+        }
+        let identity = format!("{namespace}-op");
+        let operator = OperatorProcess::start(env, launch(env, &namespace, &identity, false));
+        wait_until(Duration::from_secs(90), "every budget has observed its metrics", || async {
+            let list = budgets.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let observed = list
+                .items
+                .iter()
+                .filter(|b| {
+                    b.status.as_ref().is_some_and(|s| {
+                        s.phase.is_some_and(|p| p != BudgetPhase::MetricsUnavailable)
+                    })
+                })
+                .count();
+            if observed == N { Ok(()) } else { Err(format!("{observed} of {N}")) }
+        })
+        .await;
+        const QUIET_POLLS: f64 = 10.0;
+        let (quiet_since, reconciles) = wait_until(
+            Duration::from_secs(180),
+            "ten polls without a write or a read by the operator",
+            || async {
+                let sent = requests_by(env, &identity);
+                let last = latest(&sent);
+                let now = Timestamp::now();
+                let reconciles = budget_reconciles(&operator).await;
+                match last {
+                    Some(last)
+                        if now.duration_since(last).as_secs_f64()
+                            >= QUIET_POLLS * EVERY.as_secs_f64() =>
+                    {
+                        Ok((last, reconciles))
+                    }
+                    _ => Err(format!(
+                        "{} requests, the last at {last:?}, now {now}; the last few: {:?}",
+                        sent.len(),
+                        describe(&sent[sent.len().saturating_sub(4)..])
+                    )),
+                }
+            },
+        )
+        .await;
+        // It kept polling every budget meanwhile: a stopped loop is quiet too.
+        let polled = wait_until(STEP, "five more polls of every budget", || async {
+            let now = budget_reconciles(&operator).await?;
+            (now >= reconciles? + 5.0 * N as f64).then_some(now)
+        })
+        .await;
+        let sent_after: Vec<AuditEvent> = requests_by(env, &identity)
+            .into_iter()
+            .filter(|e| time_of(e) > quiet_since)
+            .collect();
+        assert!(sent_after.is_empty(), "requests while steady: {:?}", describe(&sent_after));
+        eprintln!(
+            "fault-report: {N} steady budgets: no write or read for {QUIET_POLLS} polls of {}s and {} reconciles since",
+            EVERY.as_secs(),
+            polled - reconciles.unwrap_or(0.0)
+        );
+        env.remove_scrape_target(&job);
     });
 }

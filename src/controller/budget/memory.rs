@@ -7,7 +7,9 @@
 //! in its watch cache: what was last written is what a new leader continues from.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::ConfigMap;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -25,6 +27,15 @@ pub struct Remembered {
     pub written: BacklogBudgetStatus,
     /// When `written` was written (`None`: unknown).
     pub written_at: Option<Timestamp>,
+    /// The control document's ConfigMap as this process last applied it.
+    pub published: Option<Published>,
+}
+
+/// A control document this process applied, and when.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Published {
+    pub configmap: Arc<ConfigMap>,
+    pub at: Timestamp,
 }
 
 impl Remembered {
@@ -41,6 +52,7 @@ impl Remembered {
             decided: status.clone(),
             written: status,
             written_at,
+            published: None,
         }
     }
 }

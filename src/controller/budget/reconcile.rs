@@ -1,6 +1,8 @@
 //! One BacklogBudget reconcile, in one pass: read the decision's memory and every fact once →
 //! decide (pure, [`super::decide`]) → apply the plan's steps in order → export the numbers.
 
+use std::sync::Arc;
+
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -14,7 +16,7 @@ use super::BudgetContext;
 use super::apply::BudgetEffects;
 use super::decide::{BudgetSettings, BudgetStep, decide};
 use super::facts::{BudgetFacts, gather};
-use super::memory::Remembered;
+use super::memory::{Published, Remembered};
 use super::news::is_news;
 
 /// How soon a budget reconciled before the budgets were listed is looked at again.
@@ -41,7 +43,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         .unwrap_or_else(|| Remembered::from_cache(uid.clone(), budget.status.as_ref()));
     let settings = BudgetSettings::of(budget);
     let (facts, target_api) = match settings.poll() {
-        Some(poll) => gather(budget, &namespace, poll, ctx).await?,
+        Some(poll) => gather(budget, &namespace, poll, remembered.published.as_ref(), ctx).await?,
         // An unusable spec needs no facts: the plan only says why.
         None => (BudgetFacts::Unread, None),
     };
@@ -57,6 +59,16 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         target: &target_api,
     };
     execute(&steps, &effects).await.into_result()?;
+    let published = steps
+        .iter()
+        .find_map(|step| match step {
+            BudgetStep::WriteDocument(configmap) => Some(Published {
+                configmap: Arc::new(configmap.as_ref().clone()),
+                at: now,
+            }),
+            _ => None,
+        })
+        .or(remembered.published);
     let (written, written_at) = if writes {
         (plan.status.clone(), Some(now))
     } else {
@@ -70,6 +82,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
             decided: plan.status,
             written,
             written_at,
+            published,
         },
     );
     forget_deleted(ctx);
