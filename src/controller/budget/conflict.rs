@@ -23,9 +23,11 @@ pub fn other_owner(
     budgets: &[std::sync::Arc<BacklogBudget>],
 ) -> Option<String> {
     let target = &budget.spec.scale_target_ref;
-    let namespace = budget.namespace();
+    // Compared in place: this runs over every budget at every poll of every budget, and a
+    // copy of two strings per comparison made it the operator's main cost at 10,000 budgets.
+    let namespace = &budget.metadata.namespace;
     if let Some(hpa) = autoscalers.iter().find(|hpa| {
-        hpa.namespace() == namespace
+        hpa.metadata.namespace == *namespace
             && hpa.spec.as_ref().is_some_and(|spec| {
                 let r = &spec.scale_target_ref;
                 same_target(target, &r.kind, &r.name, r.api_version.as_deref())
@@ -37,8 +39,9 @@ pub fn other_owner(
     budgets
         .iter()
         .filter(|other| {
-            other.namespace() == namespace
-                && other.uid() != budget.uid()
+            other.spec.scale_target_ref.name == target.name
+                && other.metadata.namespace == *namespace
+                && other.metadata.uid != budget.metadata.uid
                 && same_target(
                     target,
                     &other.spec.scale_target_ref.kind,

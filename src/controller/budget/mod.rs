@@ -22,7 +22,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, Predicate, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Controller, Predicate, WatchStreamExt, controller, predicates, watcher};
 use kube::{Resource, ResourceExt};
 
 use crate::api::backlog_budget::BacklogBudget;
@@ -75,6 +75,11 @@ impl Reconciler for BudgetContext {
     }
 }
 
+/// Budget reconciles in flight at once, per watched scope: thousands of budgets created
+/// together are worked through in a bounded crowd (bounded memory and bursts of API writes)
+/// instead of all at once; the others wait in the controller's queue, which costs nothing.
+const RECONCILES_AT_ONCE: u16 = 64;
+
 /// The budgets whose target is this workload.
 fn budgets_for(
     store: &Store<BacklogBudget>,
@@ -86,7 +91,7 @@ fn budgets_for(
         .state()
         .iter()
         .filter(|b| {
-            b.namespace() == namespace
+            b.metadata.namespace == namespace
                 && b.spec.scale_target_ref.kind == kind
                 && b.spec.scale_target_ref.name == name
         })
@@ -127,7 +132,8 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
             .combine(predicates::annotations),
         Default::default(),
     );
-    let controller = Controller::for_stream(budget_changes, budgets.clone());
+    let controller = Controller::for_stream(budget_changes, budgets.clone())
+        .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE));
     let hpa_store = budgets.clone();
     let deployment_store = budgets.clone();
     let statefulset_store = budgets.clone();

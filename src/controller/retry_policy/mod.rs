@@ -147,7 +147,7 @@ fn users(budgets: &[Arc<BacklogBudget>], namespace: &str, name: &str) -> Vec<sta
     budgets
         .iter()
         .filter(|budget| {
-            budget.namespace().as_deref() == Some(namespace)
+            budget.metadata.namespace.as_deref() == Some(namespace)
                 && budget
                     .spec
                     .retry_policy_ref
