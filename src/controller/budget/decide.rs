@@ -227,10 +227,13 @@ fn with_readiness(mut next: BacklogBudgetStatus, now: Timestamp) -> BacklogBudge
     next
 }
 
-/// An Event when the phase changed: a warning for every phase but Healthy.
+/// An Event when the phase changed: a warning for every phase but Healthy. A budget found
+/// Healthy at its first look has no change to report (thousands of budgets applied together
+/// would otherwise send thousands of Events that say nothing).
 fn phase_event(previous: &BacklogBudgetStatus, next: &BacklogBudgetStatus) -> Option<PlannedEvent> {
     let phase = next.phase?;
-    if previous.phase == Some(phase) {
+    if previous.phase == Some(phase) || (previous.phase.is_none() && phase == BudgetPhase::Healthy)
+    {
         return None;
     }
     Some(PlannedEvent::new(

@@ -156,7 +156,7 @@ impl World {
 }
 
 #[test]
-fn a_first_poll_scales_then_records_then_announces_then_publishes_the_document() {
+fn a_first_poll_scales_then_records_then_publishes_the_document() {
     let budget = budget();
     // 550/s needs 6 replicas of 100/s, each owning 2 of the 12 partitions (5 would leave
     // one owning 3); 2 run.
@@ -172,7 +172,7 @@ fn a_first_poll_scales_then_records_then_announces_then_publishes_the_document()
             "Scale 2→6",
             "Event ScaledUp",
             "WriteStatus",
-            "Event Healthy",
+            // Healthy at the first look is no change of phase: no Event.
             "WriteDocument"
         ]
     );
@@ -464,4 +464,29 @@ proptest::proptest! {
         );
         proptest::prop_assert_eq!(executed.into_result().is_err(), failed_write);
     }
+}
+
+#[test]
+fn a_phase_event_reports_a_change_and_a_first_look_that_is_not_healthy() {
+    let with_phase = |phase: Option<BudgetPhase>| BacklogBudgetStatus {
+        phase,
+        ..Default::default()
+    };
+    let reason = |previous, next| {
+        phase_event(&with_phase(previous), &with_phase(next)).map(|event| event.reason)
+    };
+    assert_eq!(reason(None, Some(BudgetPhase::Healthy)), None);
+    assert_eq!(
+        reason(None, Some(BudgetPhase::AtRisk)),
+        Some("AtRisk".into())
+    );
+    assert_eq!(
+        reason(Some(BudgetPhase::AtRisk), Some(BudgetPhase::Healthy)),
+        Some("Healthy".into())
+    );
+    assert_eq!(
+        reason(Some(BudgetPhase::Healthy), Some(BudgetPhase::Healthy)),
+        None
+    );
+    assert_eq!(reason(Some(BudgetPhase::Healthy), None), None);
 }
