@@ -13,6 +13,7 @@ pub mod reconciler;
 pub mod replay;
 pub mod retry;
 pub mod retry_policy;
+mod shared_watches;
 pub mod slim;
 pub mod synced;
 pub mod worker_pod;
@@ -153,11 +154,12 @@ pub fn build_context_with(
 
 /// Runs every controller on `context` until they stop (on a termination signal).
 pub async fn run_controllers(context: Arc<Context>, scope: Scope) {
+    let (for_budgets, for_policies) = shared_watches::open(&context.client, &scope);
     tokio::join!(
-        budget::run(context.clone(), scope.clone()),
+        budget::run(context.clone(), scope.clone(), for_budgets),
         compensation::run(context.clone(), scope.clone()),
         replay::run(context.clone(), scope.clone()),
-        retry_policy::run(context.clone(), scope.clone())
+        retry_policy::run(context.clone(), for_policies)
     );
 }
 

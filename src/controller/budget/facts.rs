@@ -83,7 +83,17 @@ pub async fn gather(
             Err(problem) => return Ok((BudgetFacts::TargetUnusable(problem), Some(api))),
         },
     };
-    let conflict = conflict::other_owner(budget, &ctx.autoscalers.state(), &ctx.budgets.state());
+    let same_target: Vec<_> = ctx
+        .targets
+        .budgets_of(
+            budget.metadata.namespace.as_deref(),
+            &target.kind,
+            &target.name,
+        )
+        .iter()
+        .filter_map(|other| ctx.budgets.get(other))
+        .collect();
+    let conflict = conflict::other_owner(budget, &ctx.autoscalers.state(), &same_target);
     let address = prometheus_address(budget, ctx.base.default_prometheus.as_deref());
     let queries = &ctx.base.queries;
     let scaling = async {

@@ -15,13 +15,14 @@ pub mod news;
 mod reconcile;
 pub mod status;
 pub mod target;
+pub mod targets;
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, Predicate, WatchStreamExt, controller, predicates, watcher};
 use kube::{Resource, ResourceExt};
 
@@ -31,6 +32,7 @@ use crate::api::retry_policy::RetryPolicy;
 use super::Scope;
 use super::context::Context;
 use super::error::Error;
+use super::listed::{Listed, listed};
 use super::reconciler::{self, Failures, Reconciler};
 use super::slim;
 
@@ -41,8 +43,13 @@ pub struct BudgetContext {
     pub base: Arc<Context>,
     /// Every HorizontalPodAutoscaler in scope, for conflict detection.
     pub autoscalers: Store<HorizontalPodAutoscaler>,
+    /// Whether `autoscalers` has listed: a budget must not scale a target an HPA owns, so no
+    /// budget is decided before (at startup and at every new term).
+    pub autoscalers_listed: Listed,
     /// Every BacklogBudget in scope, for conflict detection.
     pub budgets: Store<BacklogBudget>,
+    /// The budgets by target, for conflict detection.
+    pub targets: targets::TargetIndex,
     /// Every Deployment and StatefulSet in scope: the targets most budgets scale.
     pub workloads: target::WorkloadCaches,
     /// Every RetryPolicy in scope.
@@ -80,65 +87,47 @@ impl Reconciler for BudgetContext {
 /// instead of all at once; the others wait in the controller's queue, which costs nothing.
 const RECONCILES_AT_ONCE: u16 = 64;
 
-/// The budgets whose target is this workload.
-fn budgets_for(
-    store: &Store<BacklogBudget>,
-    kind: &str,
-    namespace: Option<String>,
-    name: &str,
-) -> Vec<ObjectRef<BacklogBudget>> {
-    store
-        .state()
-        .iter()
-        .filter(|b| {
-            b.metadata.namespace == namespace
-                && b.spec.scale_target_ref.kind == kind
-                && b.spec.scale_target_ref.name == name
-        })
-        .map(|b| ObjectRef::from_obj(b.as_ref()))
-        .collect()
+/// What the budget controller shares with the RetryPolicy controller: one watch per kind.
+pub struct Shared<BudgetEvents> {
+    /// The budget watch, reflected into `budgets` and followed by `targets`; this controller
+    /// drives it.
+    pub budget_events: BudgetEvents,
+    pub budgets: Store<BacklogBudget>,
+    pub targets: targets::TargetIndex,
+    /// Kept by the RetryPolicy controller's watch.
+    pub policies: Store<RetryPolicy>,
 }
 
-pub async fn run(ctx: Arc<Context>, scope: Scope) {
+pub async fn run<BudgetEvents>(ctx: Arc<Context>, scope: Scope, shared: Shared<BudgetEvents>)
+where
+    BudgetEvents: futures::Stream<Item = Result<BacklogBudget, watcher::Error>> + Send + 'static,
+{
     let client = ctx.client.clone();
-    let (autoscalers, writer) = reflector::store();
-    let autoscaler_feed = reflector::reflector(
-        writer,
-        watcher(
-            scope.api::<HorizontalPodAutoscaler>(&client),
-            watcher::Config::default(),
-        )
-        .modify(slim::autoscaler),
-    )
-    .default_backoff()
-    .touched_objects()
-    .for_each(|_| futures::future::ready(()));
-
     // Every change reaches the store, but only a change of the spec, labels or annotations
     // triggers a reconcile: our own status writes must not (the poll's requeue drives the
     // loop), or each write would cost another reconcile.
-    let (budgets, writer) = reflector::store();
-    let budget_changes = watcher(
-        scope.api::<BacklogBudget>(&client),
-        watcher::Config::default(),
-    )
-    .modify(slim::bookkeeping)
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects()
-    .predicate_filter(
+    let budget_changes = shared.budget_events.predicate_filter(
         predicates::generation
             .combine(predicates::labels)
             .combine(predicates::annotations),
         Default::default(),
     );
-    let controller = Controller::for_stream(budget_changes, budgets.clone())
-        .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE));
-    let hpa_store = budgets.clone();
-    let deployment_store = budgets.clone();
-    let statefulset_store = budgets.clone();
-    let autoscalers_listed = autoscalers.clone();
     // One watch per kind: each feeds its cache and triggers the budgets it concerns.
+    let (autoscalers, writer) = reflector::store();
+    let (mark_autoscalers_listed, autoscalers_listed) = listed();
+    let autoscaler_changes = watcher(
+        scope.api::<HorizontalPodAutoscaler>(&client),
+        watcher::Config::default(),
+    )
+    .modify(slim::autoscaler)
+    .default_backoff()
+    .reflect(writer)
+    .inspect(move |event| {
+        if let Ok(watcher::Event::InitDone) = event {
+            mark_autoscalers_listed.mark();
+        }
+    })
+    .applied_objects();
     let (deployments, writer) = reflector::store();
     let deployment_changes = watcher(scope.api::<Deployment>(&client), watcher::Config::default())
         .modify(slim::deployment)
@@ -154,77 +143,55 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     .default_backoff()
     .reflect(writer)
     .applied_objects();
-    let (policies, writer) = reflector::store();
-    let policy_feed = watcher(
-        scope.api::<RetryPolicy>(&client),
-        watcher::Config::default(),
-    )
-    .modify(slim::bookkeeping)
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects()
-    .for_each(|_| futures::future::ready(()));
     let context = Arc::new(BudgetContext {
         base: ctx,
         autoscalers,
-        budgets: budgets.clone(),
+        autoscalers_listed,
+        budgets: shared.budgets.clone(),
+        targets: shared.targets.clone(),
         workloads: target::WorkloadCaches {
             deployments,
             statefulsets,
         },
-        policies,
+        policies: shared.policies,
         documents: documents::ControlDocuments::new(client.clone()),
         kinds: target::Kinds::default(),
         failures: Failures::default(),
         memory: memory::DecisionMemory::default(),
     });
-    let controller = controller
-        .watches(
-            scope.api::<HorizontalPodAutoscaler>(&client),
-            watcher::Config::default(),
-            move |hpa: HorizontalPodAutoscaler| {
-                let Some(spec) = hpa.spec.as_ref() else {
-                    return Vec::new();
-                };
-                budgets_for(
-                    &hpa_store,
-                    &spec.scale_target_ref.kind,
-                    hpa.namespace(),
-                    &spec.scale_target_ref.name,
-                )
-            },
-        )
+    let (for_autoscalers, for_deployments, for_statefulsets) = (
+        shared.targets.clone(),
+        shared.targets.clone(),
+        shared.targets,
+    );
+    Controller::for_stream(budget_changes, shared.budgets)
+        .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
+        .watches_stream(autoscaler_changes, move |hpa: HorizontalPodAutoscaler| {
+            let Some(spec) = hpa.spec.as_ref() else {
+                return Vec::new();
+            };
+            for_autoscalers.budgets_of(
+                hpa.metadata.namespace.as_deref(),
+                &spec.scale_target_ref.kind,
+                &spec.scale_target_ref.name,
+            )
+        })
         .watches_stream(deployment_changes, move |d: Deployment| {
-            budgets_for(
-                &deployment_store,
+            for_deployments.budgets_of(
+                d.metadata.namespace.as_deref(),
                 &Deployment::kind(&()),
-                d.namespace(),
                 &d.name_any(),
             )
         })
         .watches_stream(statefulset_changes, move |s: StatefulSet| {
-            budgets_for(
-                &statefulset_store,
+            for_statefulsets.budgets_of(
+                s.metadata.namespace.as_deref(),
                 &StatefulSet::kind(&()),
-                s.namespace(),
                 &s.name_any(),
             )
         })
         .shutdown_on_signal()
         .run(reconciler::reconcile, reconciler::error_policy, context)
-        .for_each(|_| futures::future::ready(()));
-    // A budget must not scale a target an HPA owns: no reconcile before the HPAs are listed,
-    // at startup and at every new term.
-    let controller = async move {
-        if autoscalers_listed.wait_until_ready().await.is_ok() {
-            controller.await;
-        }
-    };
-    // The HPA and RetryPolicy feeds live exactly as long as the controller: a replica that
-    // stops leading leaves no watch behind.
-    tokio::select! {
-        () = controller => {}
-        () = autoscaler_feed => {}
-        () = policy_feed => {}
-    }
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }

@@ -19,7 +19,7 @@ use super::facts::{BudgetFacts, gather};
 use super::memory::{Published, Remembered};
 use super::news::is_news;
 
-/// How soon a budget reconciled before the budgets were listed is looked at again.
+/// How soon a budget reconciled before the budgets and HPAs were listed is looked at again.
 const BUDGETS_NOT_LISTED: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Action, Error> {
@@ -28,9 +28,10 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         kind: "BacklogBudget",
         name: name.clone(),
     })?;
-    // Until every budget is listed, an older budget on the same target would be missed and
-    // both would scale it (at startup and at every new term, the store is new).
-    if ctx.budgets.wait_until_ready().await.is_err() {
+    // Until every budget and HPA is listed, an older budget or an HPA on the same target would
+    // be missed and both would scale it (at startup and at every new term, the stores are new).
+    if ctx.budgets.wait_until_ready().await.is_err() || ctx.autoscalers_listed.wait().await.is_err()
+    {
         return Ok(Action::requeue(BUDGETS_NOT_LISTED));
     }
     // Read. The decision's memory is this process's own (no GET per poll): our own scale

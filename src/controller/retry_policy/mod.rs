@@ -2,10 +2,10 @@
 //! amplification, the budgets that use it, `Ready`, and `DeadlineConflict` when a budget that
 //! uses it promises less time than its retries may take.
 //!
-//! Budgets are read from a reflector store. A budget event re-evaluates the policies only when
-//! something the status depends on changed (a budget appearing, leaving, or changing its
-//! `retryPolicyRef` or `completionDeadline`): budgets rewrite their status every few polls, and
-//! that alone must not re-evaluate every policy.
+//! Budgets are read from the budget controller's watch cache (one watch of budgets per
+//! process). A budget event re-evaluates the policies only when something the status depends on
+//! changed (a budget appearing, leaving, or changing its `retryPolicyRef` or
+//! `completionDeadline`): a budget's status write alone must not re-evaluate every policy.
 
 pub mod decide;
 mod reconcile;
@@ -16,18 +16,16 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::ResourceExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
 
 use crate::api::backlog_budget::BacklogBudget;
 use crate::api::retry_policy::RetryPolicy;
 
-use super::Scope;
 use super::context::Context;
 use super::error::Error;
-use super::listed::{Listed, listed};
+use super::listed::Listed;
 use super::reconciler::{self, Failures, Reconciler};
-use super::slim;
 
 pub const CONTROLLER: &str = "retrypolicy";
 
@@ -99,47 +97,72 @@ fn changes_policies(
     }
 }
 
-pub async fn run(ctx: Arc<Context>, scope: Scope) {
-    let client = ctx.client.clone();
-    let (budgets, writer) = reflector::store();
-    let (mark_listed, budgets_listed) = listed();
-    let mut seen = HashMap::new();
-    // The reflector updates the store before it yields the event, so a policy reconciled
-    // because of it already sees the change.
-    let budget_changes = reflector::reflector(
-        writer,
-        watcher(
-            scope.api::<BacklogBudget>(&client),
-            watcher::Config::default(),
-        )
-        .modify(slim::bookkeeping),
+/// Tells the policy controller that a budget changed in a way a policy's status reads, from
+/// the budget watch (which the budget controller drives). Notices coalesce: many budget
+/// changes before the controller looks make one re-evaluation.
+pub struct BudgetNotices {
+    seen: HashMap<ObjectRef<BacklogBudget>, Relevant>,
+    sender: tokio::sync::watch::Sender<()>,
+}
+
+/// The receiving end of [`BudgetNotices`].
+pub struct BudgetNoticesReceived(tokio::sync::watch::Receiver<()>);
+
+pub fn budget_notices() -> (BudgetNotices, BudgetNoticesReceived) {
+    let (sender, receiver) = tokio::sync::watch::channel(());
+    (
+        BudgetNotices {
+            seen: HashMap::new(),
+            sender,
+        },
+        BudgetNoticesReceived(receiver),
     )
-    .default_backoff()
-    .filter_map(move |event| {
-        if let Ok(watcher::Event::InitDone) = &event {
-            mark_listed.mark();
+}
+
+impl BudgetNotices {
+    /// Follows one budget watch event, after the budget store has.
+    pub fn note(&mut self, event: &watcher::Event<BacklogBudget>) {
+        if changes_policies(&mut self.seen, event) {
+            self.sender.send_replace(());
         }
-        let changed = match &event {
-            Ok(event) => changes_policies(&mut seen, event),
-            Err(_) => false,
-        };
-        futures::future::ready(changed.then_some(()))
-    });
+    }
+}
+
+impl BudgetNoticesReceived {
+    fn into_stream(self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self.0, |mut receiver| async move {
+            receiver.changed().await.ok().map(|()| ((), receiver))
+        })
+    }
+}
+
+/// What the policy controller shares with the budget controller: one watch per kind.
+pub struct Shared<PolicyEvents> {
+    /// The RetryPolicy watch, reflected into `policies`; this controller drives it.
+    pub policy_events: PolicyEvents,
+    pub policies: Store<RetryPolicy>,
+    /// Every budget in scope, kept by the budget controller's watch.
+    pub budgets: Store<BacklogBudget>,
+    pub budgets_listed: Listed,
+    pub budget_notices: BudgetNoticesReceived,
+}
+
+pub async fn run<PolicyEvents>(ctx: Arc<Context>, shared: Shared<PolicyEvents>)
+where
+    PolicyEvents: futures::Stream<Item = Result<RetryPolicy, watcher::Error>> + Send + 'static,
+{
     let context = Arc::new(PolicyContext {
         base: ctx,
-        budgets,
-        budgets_listed,
+        budgets: shared.budgets,
+        budgets_listed: shared.budgets_listed,
         failures: Failures::default(),
     });
-    Controller::new(
-        scope.api::<RetryPolicy>(&client),
-        watcher::Config::default(),
-    )
-    .reconcile_all_on(budget_changes)
-    .shutdown_on_signal()
-    .run(reconciler::reconcile, reconciler::error_policy, context)
-    .for_each(|_| futures::future::ready(()))
-    .await;
+    Controller::for_stream(shared.policy_events, shared.policies)
+        .reconcile_all_on(shared.budget_notices.into_stream())
+        .shutdown_on_signal()
+        .run(reconciler::reconcile, reconciler::error_policy, context)
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }
 
 /// The budgets in `namespace` that reference the policy `name`.
