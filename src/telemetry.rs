@@ -87,7 +87,7 @@ impl Default for Metrics {
         );
         registry.register(
             "budget_phase",
-            "1 for the phase each BacklogBudget is in, 0 for the others",
+            "1, labelled with the phase each BacklogBudget is in (one series per budget)",
             budget_phase.clone(),
         );
         registry.register(
@@ -176,6 +176,48 @@ impl Metrics {
             })
             .inc();
     }
+
+    /// Exports one budget's decision: its phase as one series (at thousands of budgets a
+    /// series for every phase of every budget would be most of the operator's memory and of
+    /// each scrape), its desired replicas and its drain time.
+    pub fn budget_decided(
+        &self,
+        budget: &BudgetLabels,
+        previous_phase: Option<&str>,
+        phase: &str,
+        desired: i64,
+        drain_time_seconds: Option<f64>,
+    ) {
+        if let Some(previous) = previous_phase.filter(|previous| *previous != phase) {
+            self.budget_phase.remove(&budget.with_phase(previous));
+        }
+        self.budget_phase
+            .get_or_create(&budget.with_phase(phase))
+            .set(1);
+        self.desired_replicas.get_or_create(budget).set(desired);
+        self.drain_time_seconds
+            .get_or_create(budget)
+            .set(drain_time_seconds.unwrap_or(f64::NAN));
+    }
+
+    /// Drops a deleted budget's series.
+    pub fn budget_deleted(&self, budget: &BudgetLabels, phase: Option<&str>) {
+        if let Some(phase) = phase {
+            self.budget_phase.remove(&budget.with_phase(phase));
+        }
+        self.desired_replicas.remove(budget);
+        self.drain_time_seconds.remove(budget);
+    }
+}
+
+impl BudgetLabels {
+    fn with_phase(&self, phase: &str) -> PhaseLabels {
+        PhaseLabels {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            phase: phase.to_owned(),
+        }
+    }
 }
 
 impl ThrottleObserver for Metrics {
@@ -209,4 +251,35 @@ pub fn init_logging(json: bool) {
     } else {
         builder.compact().try_init()
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase_lines(metrics: &Metrics) -> Vec<String> {
+        metrics
+            .encode()
+            .lines()
+            .filter(|line| line.starts_with("backlog_operator_budget_phase{"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_budget_has_one_phase_series_and_none_once_deleted() {
+        let metrics = Metrics::default();
+        let orders = BudgetLabels {
+            namespace: "shop".into(),
+            name: "orders".into(),
+        };
+        metrics.budget_decided(&orders, None, "Healthy", 3, Some(12.0));
+        metrics.budget_decided(&orders, Some("Healthy"), "AtRisk", 5, None);
+        let lines = phase_lines(&metrics);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("phase=\"AtRisk\"") && lines[0].ends_with(" 1"));
+        metrics.budget_deleted(&orders, Some("AtRisk"));
+        let text = metrics.encode();
+        assert!(!text.contains("name=\"orders\""), "{text}");
+    }
 }

@@ -170,6 +170,13 @@ async fn read_configmap(
     }
 }
 
+/// Whether this process's own write of a control document still counts over the watch.
+pub fn still_counts(published: &Published, now: Timestamp) -> bool {
+    now.duration_since(published.at)
+        .unsigned_abs()
+        .lt(&OWN_WRITE_GRACE)
+}
+
 /// What the watch shows of the ConfigMap, or what this process wrote there less than
 /// [`OWN_WRITE_GRACE`] ago when the watch does not show that yet (pure). After the grace the
 /// watch is believed: a document deleted or edited by someone else is written again.
@@ -181,10 +188,7 @@ fn own_write_over_lag(
     let Some(published) = published else {
         return found;
     };
-    let recent = now
-        .duration_since(published.at)
-        .unsigned_abs()
-        .lt(&OWN_WRITE_GRACE);
+    let recent = still_counts(published, now);
     let shows_it = found
         .as_ref()
         .is_some_and(|configmap| configmap.data == published.configmap.data);

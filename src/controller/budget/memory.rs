@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::backlog_budget::BacklogBudgetStatus;
+use crate::api::backlog_budget::{BacklogBudgetStatus, BudgetPhase};
 
 /// One budget's memory.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,13 +22,17 @@ pub struct Remembered {
     /// afresh.
     pub uid: Option<String>,
     /// What the last poll decided.
-    pub decided: BacklogBudgetStatus,
-    /// What the API server holds, as far as this process knows.
-    pub written: BacklogBudgetStatus,
+    pub decided: Arc<BacklogBudgetStatus>,
+    /// What the API server holds, as far as this process knows; the same allocation as
+    /// `decided` when they are equal (most of the time), so a budget costs one status.
+    pub written: Arc<BacklogBudgetStatus>,
     /// When `written` was written (`None`: unknown).
     pub written_at: Option<Timestamp>,
-    /// The control document's ConfigMap as this process last applied it.
+    /// The control document's ConfigMap as this process last applied it, while that write
+    /// still counts over the watch (then dropped: it is a copy of the cached one).
     pub published: Option<Published>,
+    /// The phase this process last exported on `/metrics` for the budget.
+    pub exported_phase: Option<BudgetPhase>,
 }
 
 /// A control document this process applied, and when.
@@ -41,7 +45,7 @@ pub struct Published {
 impl Remembered {
     /// A budget seen for the first time: its status as the watch cache has it.
     pub fn from_cache(uid: Option<String>, status: Option<&BacklogBudgetStatus>) -> Remembered {
-        let status = status.cloned().unwrap_or_default();
+        let status = Arc::new(status.cloned().unwrap_or_default());
         let written_at = status
             .observed
             .as_ref()
@@ -53,6 +57,7 @@ impl Remembered {
             written: status,
             written_at,
             published: None,
+            exported_phase: None,
         }
     }
 }
@@ -77,11 +82,21 @@ impl DecisionMemory {
             .insert((namespace.to_owned(), name.to_owned()), remembered);
     }
 
-    /// Forgets every budget `exists` denies; called now and then, so deleted budgets do not
-    /// pile up.
-    pub fn forget_unless(&self, exists: impl Fn(&str, &str) -> bool) {
-        self.lock()
-            .retain(|(namespace, name), _| exists(namespace, name));
+    /// Forgets every budget `exists` denies, and says which with what they were; called now
+    /// and then, so deleted budgets do not pile up.
+    pub fn forget_unless(
+        &self,
+        exists: impl Fn(&str, &str) -> bool,
+    ) -> Vec<((String, String), Remembered)> {
+        let mut budgets = self.lock();
+        let gone: Vec<(String, String)> = budgets
+            .keys()
+            .filter(|(namespace, name)| !exists(namespace, name))
+            .cloned()
+            .collect();
+        gone.into_iter()
+            .filter_map(|key| budgets.remove_entry(&key))
+            .collect()
     }
 
     pub fn remembered(&self) -> usize {

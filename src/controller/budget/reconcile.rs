@@ -11,11 +11,12 @@ use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase
 use crate::controller::error::Error;
 use crate::controller::plan::execute;
 use crate::core::scaling::ScalingDecision;
+use crate::telemetry::BudgetLabels;
 
 use super::BudgetContext;
 use super::apply::BudgetEffects;
 use super::decide::{BudgetSettings, BudgetStep, decide};
-use super::facts::{BudgetFacts, gather};
+use super::facts::{BudgetFacts, gather, still_counts};
 use super::memory::{Published, Remembered};
 use super::news::is_news;
 
@@ -69,27 +70,36 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
             }),
             _ => None,
         })
-        .or(remembered.published);
+        .or(remembered.published)
+        .filter(|published| still_counts(published, now));
+    let decided = Arc::new(plan.status);
     let (written, written_at) = if writes {
-        (plan.status.clone(), Some(now))
+        (decided.clone(), Some(now))
+    } else if *remembered.written == *decided {
+        (decided.clone(), remembered.written_at)
     } else {
         (remembered.written, remembered.written_at)
+    };
+    let exported_phase = match &plan.decision {
+        Some(decision) => {
+            export(ctx, &namespace, &name, remembered.exported_phase, decision);
+            Some(decision.phase)
+        }
+        None => remembered.exported_phase,
     };
     ctx.memory.keep(
         &namespace,
         &name,
         Remembered {
             uid,
-            decided: plan.status,
+            decided,
             written,
             written_at,
             published,
+            exported_phase,
         },
     );
     forget_deleted(ctx);
-    if let Some(decision) = &plan.decision {
-        export(ctx, &namespace, &name, decision);
-    }
     Ok(Action::requeue(jittered(plan.requeue)))
 }
 
@@ -132,47 +142,42 @@ fn forget_deleted(ctx: &BudgetContext) {
     let listed = ctx.budgets.len();
     if ctx.memory.remembered() > listed + listed / 10 + 16 {
         let budgets = ctx.budgets.clone();
-        ctx.memory.forget_unless(|namespace, name| {
+        let forgotten = ctx.memory.forget_unless(|namespace, name| {
             budgets
                 .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
                 .is_some()
         });
+        for ((namespace, name), remembered) in forgotten {
+            ctx.base.metrics.budget_deleted(
+                &BudgetLabels { namespace, name },
+                remembered.exported_phase.map(phase_label).as_deref(),
+            );
+        }
     }
 }
 
-fn export(ctx: &BudgetContext, namespace: &str, name: &str, decision: &ScalingDecision) {
-    use crate::telemetry::{BudgetLabels, PhaseLabels};
-    let metrics = &ctx.base.metrics;
-    for phase in [
-        BudgetPhase::Healthy,
-        BudgetPhase::AtRisk,
-        BudgetPhase::Breaching,
-        BudgetPhase::Undrainable,
-        BudgetPhase::MetricsUnavailable,
-        BudgetPhase::Conflict,
-        BudgetPhase::Invalid,
-    ] {
-        metrics
-            .budget_phase
-            .get_or_create(&PhaseLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                phase: format!("{phase:?}"),
-            })
-            .set(i64::from(phase == decision.phase));
-    }
+fn export(
+    ctx: &BudgetContext,
+    namespace: &str,
+    name: &str,
+    previous: Option<BudgetPhase>,
+    decision: &ScalingDecision,
+) {
     let labels = BudgetLabels {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
     };
-    metrics
-        .desired_replicas
-        .get_or_create(&labels)
-        .set(i64::from(decision.desired));
-    metrics
-        .drain_time_seconds
-        .get_or_create(&labels)
-        .set(decision.drain_time_seconds.unwrap_or(f64::NAN));
+    ctx.base.metrics.budget_decided(
+        &labels,
+        previous.map(phase_label).as_deref(),
+        &phase_label(decision.phase),
+        i64::from(decision.desired),
+        decision.drain_time_seconds,
+    );
+}
+
+fn phase_label(phase: BudgetPhase) -> String {
+    format!("{phase:?}")
 }
 
 #[cfg(test)]
