@@ -22,8 +22,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 
 use crate::api::replay_job::{ReplayJob, ReplayPhase};
 
@@ -100,25 +100,36 @@ fn waiting_behind(store: &Store<ReplayJob>, changed: &ReplayJob) -> Vec<ObjectRe
 
 pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let client = ctx.client.clone();
-    let controller = Controller::new(scope.api::<ReplayJob>(&client), watcher::Config::default());
-    let queue_store = controller.store();
+    // One watch of ReplayJobs both triggers each replay and wakes the replays queued behind
+    // one that ended.
+    let (replays, writer) = reflector::store();
+    let queue_store = replays.clone();
+    let (wake_waiting, waiting) = futures::channel::mpsc::unbounded();
+    let replay_changes = watcher(scope.api::<ReplayJob>(&client), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .inspect(move |changed| {
+            if let Ok(changed) = changed {
+                for waiting in waiting_behind(&queue_store, changed) {
+                    // The receiver lives as long as the controller that reads it.
+                    let _ = wake_waiting.unbounded_send(waiting);
+                }
+            }
+        });
     let context = Arc::new(ReplayContext {
         base: ctx,
         queue_locks: KeyedLocks::default(),
         children: ChildMemory::default(),
         failures: Failures::default(),
     });
-    controller
+    Controller::for_stream(replay_changes, replays)
         // Only the Jobs this controller made carry the label: no watch on every Job.
         .owns(
             scope.api::<Job>(&client),
             watcher::Config::default().labels(LABEL_REPLAY),
         )
-        .watches(
-            scope.api::<ReplayJob>(&client),
-            watcher::Config::default(),
-            move |changed: ReplayJob| waiting_behind(&queue_store, &changed),
-        )
+        .reconcile_on(waiting)
         .shutdown_on_signal()
         .run(reconciler::reconcile, reconciler::error_policy, context)
         .for_each(|_| futures::future::ready(()))
