@@ -4,14 +4,18 @@
 pub mod allowlist;
 pub mod grouping;
 pub mod prometheus;
+pub mod wake;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
+// The clock tests can pause and advance.
+use tokio::time::Instant;
+
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, broadcast};
 
 use crate::core::metric_input::Observation;
 
@@ -70,8 +74,17 @@ struct Entry<T> {
     answer: Arc<OnceCell<T>>,
 }
 
-/// A grouped evaluation's answer: the samples of each value of the label.
-type Groups = Result<HashMap<String, Vec<f64>>, String>;
+use wake::{Groups, Interested};
+
+/// Who asks a query, and how often they need a fresh answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Asking<'a> {
+    /// Named in wakes (`namespace/name` of a budget).
+    pub asker: &'a str,
+    /// The asker's poll: an answer shared by a group is renewed once per `every` and wakes
+    /// the askers whose value changed; any other is shared for half of it.
+    pub every: Duration,
+}
 
 /// Whether an expression can share a grouped evaluation, with when it was last asked.
 type Groupings = HashMap<(String, String), (Instant, Arc<Result<Grouped, NotGroupable>>)>;
@@ -89,8 +102,13 @@ struct Answers {
     grouped: HashMap<(String, String), Entry<Groups>>,
     /// Each (label, expression)'s grouped form: parsing is dearer than a lookup.
     groupings: Groupings,
+    /// Who reads which value of each grouped answer.
+    interested: Interested,
     swept: Instant,
 }
+
+/// Wakes that are not taken up in time are dropped (the askers poll anyway).
+const WAKES_BUFFERED: usize = 4096;
 
 /// Queries with a timeout, bounded concurrency per server and sharing: identical expressions
 /// asked within `max_age` of each other (also while the first is in flight) are evaluated once.
@@ -105,6 +123,8 @@ pub struct MetricsSource {
     limiters: Mutex<HashMap<String, Arc<Semaphore>>>,
     timeout: Duration,
     observer: Option<Arc<dyn QueryObserver>>,
+    /// The askers a renewed grouped answer concerns.
+    wakes: broadcast::Sender<String>,
 }
 
 /// Why a query was not asked: nobody named a Prometheus.
@@ -125,13 +145,21 @@ impl MetricsSource {
                 entries: HashMap::new(),
                 grouped: HashMap::new(),
                 groupings: HashMap::new(),
+                interested: Interested::default(),
                 swept: Instant::now(),
             }),
             concurrency: concurrency.max(1),
             limiters: Mutex::new(HashMap::new()),
             timeout,
             observer: None,
+            wakes: broadcast::channel(WAKES_BUFFERED).0,
         }
+    }
+
+    /// The askers (as given in [`Asking::asker`]) whose value of a grouped answer changed at
+    /// its renewal, from now on.
+    pub fn wakes(&self) -> broadcast::Receiver<String> {
+        self.wakes.subscribe()
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn QueryObserver>) -> Self {
@@ -178,25 +206,32 @@ impl MetricsSource {
 
     /// Like [`query_at`](Self::query_at); with `group_by`, an expression that differs from
     /// other budgets' only in that label's value is answered from one grouped evaluation for
-    /// all of them ([`grouping`]), and any other is evaluated alone.
+    /// all of them ([`grouping`]), renewed once per [`Asking::every`], and any other is
+    /// evaluated alone (shared for half of it).
     pub async fn query_for(
         &self,
         address: Option<&str>,
         expression: &str,
         group_by: Option<&str>,
-        max_age: Duration,
+        asking: Asking<'_>,
     ) -> Observation {
         let (Some(address), Some(label)) = (address, group_by) else {
-            return self.query_at(address, expression, max_age).await;
+            return self.query_at(address, expression, asking.every / 2).await;
         };
         let grouping = self.grouping(expression, label);
         let Ok(grouped) = grouping.as_ref() else {
-            return self.query(address, expression, max_age).await;
+            return self.query(address, expression, asking.every / 2).await;
         };
         if let Err(refused) = self.permits(address) {
             return Observation::Failed(refused.to_string());
         }
-        let answer = self.grouped_entry(address, &grouped.shared, max_age);
+        let (answer, previous) = {
+            let mut answers = self.answers();
+            answers
+                .interested
+                .note(address, &grouped.shared, &grouped.value, asking.asker);
+            current(&mut answers.grouped, address, &grouped.shared, asking.every)
+        };
         let groups = answer
             .get_or_init(|| async {
                 let started = Instant::now();
@@ -209,6 +244,9 @@ impl MetricsSource {
                     Err(reason) => Err(reason),
                 };
                 self.observed(started, groups.is_err());
+                if let Some(previous) = previous.as_ref().and_then(|p| p.get()) {
+                    self.wake_changed(address, &grouped.shared, previous, &groups, asking.asker);
+                }
                 groups
             })
             .await;
@@ -218,6 +256,30 @@ impl MetricsSource {
                 Observation::Samples(groups.get(&grouped.value).cloned().unwrap_or_default())
             }
             Err(reason) => Observation::Failed(reason.clone()),
+        }
+    }
+
+    /// Wakes the askers of the values a renewed grouped answer changed, but `renewed_by`, who
+    /// reads it now.
+    fn wake_changed(
+        &self,
+        address: &str,
+        shared: &str,
+        previous: &Groups,
+        next: &Groups,
+        renewed_by: &str,
+    ) {
+        let values = wake::changed(previous, next);
+        if values.as_ref().is_some_and(Vec::is_empty) {
+            return;
+        }
+        let askers = self
+            .answers()
+            .interested
+            .askers_of(address, shared, values.as_deref());
+        for asker in askers.into_iter().filter(|asker| asker != renewed_by) {
+            // Nobody listening (no budget controller) is fine.
+            let _ = self.wakes.send(asker);
         }
     }
 
@@ -315,16 +377,7 @@ impl MetricsSource {
         expression: &str,
         max_age: Duration,
     ) -> Arc<OnceCell<Observation>> {
-        current(&mut self.answers().entries, address, expression, max_age)
-    }
-
-    fn grouped_entry(
-        &self,
-        address: &str,
-        shared: &str,
-        max_age: Duration,
-    ) -> Arc<OnceCell<Groups>> {
-        current(&mut self.answers().grouped, address, shared, max_age)
+        current(&mut self.answers().entries, address, expression, max_age).0
     }
 
     /// The cache, swept of old entries when a sweep is due.
@@ -344,32 +397,34 @@ impl MetricsSource {
             answers
                 .groupings
                 .retain(|_, (asked, _)| asked.elapsed() < FORGET_AFTER);
+            answers.interested.forget_older_than(FORGET_AFTER);
             answers.swept = Instant::now();
         }
         answers
     }
 }
 
-/// The entry of (`address`, `expression`) if asked within `max_age`, otherwise a new one.
+/// The entry of (`address`, `expression`) if asked within `max_age`, otherwise a new one and
+/// the answer it replaces.
 fn current<T>(
     entries: &mut HashMap<(String, String), Entry<T>>,
     address: &str,
     expression: &str,
     max_age: Duration,
-) -> Arc<OnceCell<T>> {
+) -> (Arc<OnceCell<T>>, Option<Arc<OnceCell<T>>>) {
     let key = (address.to_owned(), expression.to_owned());
     match entries.get(&key) {
-        Some(entry) if entry.asked.elapsed() <= max_age => Arc::clone(&entry.answer),
+        Some(entry) if entry.asked.elapsed() <= max_age => (Arc::clone(&entry.answer), None),
         _ => {
             let answer = Arc::new(OnceCell::new());
-            entries.insert(
+            let replaced = entries.insert(
                 key,
                 Entry {
                     asked: Instant::now(),
                     answer: Arc::clone(&answer),
                 },
             );
-            answer
+            (answer, replaced.map(|entry| entry.answer))
         }
     }
 }
@@ -513,6 +568,13 @@ mod tests {
         }
     }
 
+    fn asking(every: Duration) -> Asking<'static> {
+        Asking {
+            asker: "shop/orders",
+            every,
+        }
+    }
+
     #[tokio::test]
     async fn budgets_that_differ_in_the_group_label_share_one_evaluation() {
         let backend = Arc::new(Groups {
@@ -525,7 +587,12 @@ mod tests {
             let source = &source;
             async move {
                 source
-                    .query_for(Some("http://p"), &expression, Some("consumergroup"), poll)
+                    .query_for(
+                        Some("http://p"),
+                        &expression,
+                        Some("consumergroup"),
+                        asking(poll),
+                    )
                     .await
             }
         };
@@ -542,7 +609,7 @@ mod tests {
                 Some("http://p"),
                 "sum(lag{consumergroup=~\"o.*\"})",
                 Some("consumergroup"),
-                poll,
+                asking(poll),
             )
             .await;
         assert_eq!(alone, Observation::Samples(vec![7.0]));
@@ -552,7 +619,7 @@ mod tests {
                 Some("http://p"),
                 "sum(broken{consumergroup=\"orders\"})",
                 Some("consumergroup"),
-                poll,
+                asking(poll),
             )
             .await;
         assert_eq!(failed, Observation::Failed("bad_data: broken".to_owned()));
@@ -563,7 +630,7 @@ mod tests {
                 None,
                 "sum(lag{consumergroup=\"orders\"})",
                 Some("consumergroup"),
-                poll,
+                asking(poll),
             )
             .await;
         assert_eq!(nowhere, Observation::Failed(NO_PROMETHEUS.to_owned()));
@@ -587,5 +654,83 @@ mod tests {
         assert_eq!(backend.calls.load(Ordering::SeqCst), 0);
         let _ = source.query("http://p:9090", "up", Duration::ZERO).await;
         assert_eq!(backend.calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// A grouped backend whose `billing` value is whatever the test last set.
+    struct Moving {
+        calls: AtomicUsize,
+        billing: Mutex<f64>,
+    }
+
+    impl QueryBackend for Moving {
+        fn instant(&self, _: &str, _: &str, _: Duration) -> QueryFuture {
+            Box::pin(async { Observation::Failed("grouped only".to_owned()) })
+        }
+
+        fn instant_grouped(&self, _: &str, _: &str, _: Duration, _: &str) -> LabelledFuture {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let billing = *self.billing.lock().unwrap();
+            Box::pin(async move {
+                Ok(vec![
+                    ("orders".to_owned(), 1.0),
+                    ("billing".to_owned(), billing),
+                ])
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grouped_answer_is_renewed_once_per_poll_and_wakes_whose_value_moved() {
+        let backend = Arc::new(Moving {
+            calls: AtomicUsize::new(0),
+            billing: Mutex::new(2.0),
+        });
+        let source = MetricsSource::new(backend.clone(), 4, Duration::from_secs(1));
+        let mut wakes = source.wakes();
+        let poll = Duration::from_secs(15);
+        let ask = |asker: &'static str, group: &'static str| {
+            let expression = format!("sum(lag{{consumergroup=\"{group}\"}})");
+            let source = &source;
+            async move {
+                let asking = Asking { asker, every: poll };
+                source
+                    .query_for(Some("http://p"), &expression, Some("consumergroup"), asking)
+                    .await
+            }
+        };
+        assert_eq!(
+            ask("shop/orders", "orders").await,
+            Observation::Samples(vec![1.0])
+        );
+        assert_eq!(
+            ask("shop/billing", "billing").await,
+            Observation::Samples(vec![2.0])
+        );
+        // Within the poll the answer is shared, however late in it a budget asks.
+        tokio::time::advance(Duration::from_secs(14)).await;
+        assert_eq!(
+            ask("shop/billing", "billing").await,
+            Observation::Samples(vec![2.0])
+        );
+        assert_eq!(backend.calls.load(Ordering::SeqCst), 1);
+        // Renewed by the orders budget: billing moved, so its budget is woken; orders did not.
+        *backend.billing.lock().unwrap() = 7.0;
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            ask("shop/orders", "orders").await,
+            Observation::Samples(vec![1.0])
+        );
+        assert_eq!(backend.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(wakes.try_recv().ok().as_deref(), Some("shop/billing"));
+        assert!(wakes.try_recv().is_err());
+        assert_eq!(
+            ask("shop/billing", "billing").await,
+            Observation::Samples(vec![7.0])
+        );
+        // A renewal that changes nothing wakes nobody.
+        tokio::time::advance(Duration::from_secs(16)).await;
+        let _ = ask("shop/billing", "billing").await;
+        assert_eq!(backend.calls.load(Ordering::SeqCst), 3);
+        assert!(wakes.try_recv().is_err());
     }
 }

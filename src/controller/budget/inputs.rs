@@ -8,7 +8,7 @@ use crate::core::class_breaker::holds_backlog;
 use crate::core::metric_input::Observation;
 use crate::core::partition_skew::PartitionSample;
 use crate::core::scaling::ScalingInputs;
-use crate::metrics_source::MetricsSource;
+use crate::metrics_source::{Asking, MetricsSource};
 
 use super::classes::ClassObservations;
 use super::target::Workload;
@@ -62,14 +62,17 @@ pub async fn observe_metrics(
 ) -> MetricObservations {
     let metrics = &budget.spec.metrics;
     let group_by = metrics.group_by.as_deref();
-    // Another budget asking the same within half a poll gets the same evaluation.
-    let max_age = poll / 2;
+    let asker = super::wakes::asker(budget);
+    let asking = Asking {
+        asker: &asker,
+        every: poll,
+    };
     let ask = |expression: Option<String>| async move {
         match expression {
             None => None,
             Some(expression) => Some(
                 queries
-                    .query_for(address, &expression, group_by, max_age)
+                    .query_for(address, &expression, group_by, asking)
                     .await,
             ),
         }
@@ -83,7 +86,7 @@ pub async fn observe_metrics(
     let class_backlogs = futures::future::join_all(class_queries.into_iter().map(
         |(class, expression)| async move {
             let observation = queries
-                .query_for(address, &expression, group_by, max_age)
+                .query_for(address, &expression, group_by, asking)
                 .await;
             (class, observation)
         },
@@ -97,7 +100,10 @@ pub async fn observe_metrics(
                         address,
                         &peak_expression(expression),
                         group_by,
-                        PEAK_REFRESH.max(max_age),
+                        Asking {
+                            every: PEAK_REFRESH.max(poll),
+                            ..asking
+                        },
                     )
                     .await,
             ),
@@ -161,12 +167,15 @@ pub async fn observe_classes(
     poll: Duration,
 ) -> Vec<ClassObservations> {
     let group_by = budget.spec.metrics.group_by.as_deref();
-    // Another budget asking the same within half a poll gets the same evaluation.
-    let max_age = poll / 2;
+    let asker = super::wakes::asker(budget);
+    let asking = Asking {
+        asker: &asker,
+        every: poll,
+    };
     futures::future::join_all(budget.spec.event_classes.iter().map(|class| async move {
         let (failure_ratio, execution_rate) = tokio::join!(
-            queries.query_for(address, &class.failure_ratio, group_by, max_age),
-            queries.query_for(address, &class.execution_rate, group_by, max_age),
+            queries.query_for(address, &class.failure_ratio, group_by, asking),
+            queries.query_for(address, &class.execution_rate, group_by, asking),
         );
         ClassObservations {
             failure_ratio,

@@ -16,6 +16,7 @@ mod reconcile;
 pub mod status;
 pub mod target;
 pub mod targets;
+mod wakes;
 
 use std::sync::Arc;
 
@@ -164,8 +165,11 @@ where
         shared.targets.clone(),
         shared.targets,
     );
+    // A renewed grouped answer wakes the budgets whose value changed.
+    let woken = wakes::woken(context.base.queries.wakes());
     Controller::for_stream(budget_changes, shared.budgets)
         .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
+        .reconcile_on(woken)
         .watches_stream(autoscaler_changes, move |hpa: HorizontalPodAutoscaler| {
             let Some(spec) = hpa.spec.as_ref() else {
                 return Vec::new();

@@ -1,0 +1,68 @@
+//! Budgets woken by a renewed grouped answer ([`crate::metrics_source::wake`]): each budget
+//! asks under its `namespace/name`, and a wake for that name reconciles it now instead of at
+//! its next poll.
+
+use futures::Stream;
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::broadcast;
+
+use crate::api::backlog_budget::BacklogBudget;
+
+/// The name a budget asks its queries under.
+pub fn asker(budget: &BacklogBudget) -> String {
+    format!(
+        "{}/{}",
+        budget.metadata.namespace.as_deref().unwrap_or_default(),
+        budget.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The budget an asker name stands for.
+fn budget_of(asker: &str) -> Option<ObjectRef<BacklogBudget>> {
+    let (namespace, name) = asker.split_once('/')?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+/// The budgets to reconcile now. Wakes missed while the controller was busy are skipped:
+/// those budgets still poll.
+pub fn woken(
+    wakes: broadcast::Receiver<String>,
+) -> impl Stream<Item = ObjectRef<BacklogBudget>> + Send + 'static {
+    futures::stream::unfold(wakes, |mut wakes| async move {
+        loop {
+            match wakes.recv().await {
+                Ok(asker) => {
+                    if let Some(budget) = budget_of(&asker) {
+                        return Some((budget, wakes));
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wake_names_the_budget_that_asked() {
+        let spec: crate::api::BacklogBudgetSpec = serde_yaml::from_str(
+            "{scaleTargetRef: {kind: Deployment, name: w}, minReplicas: 1, maxReplicas: 2, completionDeadline: 1m, metrics: {backlog: x}, partitionCount: 2, capacity: {perReplicaRate: 1}}",
+        )
+        .unwrap();
+        let mut budget = BacklogBudget::new("orders", spec);
+        budget.metadata.namespace = Some("shop".into());
+        let (sender, receiver) = broadcast::channel(4);
+        let mut woken = Box::pin(woken(receiver));
+        sender.send("not a budget".into()).unwrap();
+        sender.send(asker(&budget)).unwrap();
+        drop(sender);
+        assert_eq!(woken.next().await, Some(ObjectRef::from_obj(&budget)));
+        assert_eq!(woken.next().await, None);
+    }
+}

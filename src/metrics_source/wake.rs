@@ -1,0 +1,148 @@
+//! Who reads which value of a grouped answer, so that a fresh evaluation wakes exactly the
+//! askers whose value changed.
+//!
+//! A grouped answer is evaluated at most once per poll for all the budgets that share it, and
+//! each budget polls at its own moment. Without a wake, a budget could read an answer just
+//! before it was renewed and act on a change almost two polls after Prometheus showed it; with
+//! it, the budgets whose value moved look again as soon as the evaluation that shows it is in.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A grouped answer's samples by value of the group label, or why there is none.
+pub type Groups = Result<HashMap<String, Vec<f64>>, String>;
+
+/// The askers of each value of each grouped answer, by (server, shared expression), with when
+/// each last asked (askers that stopped asking are forgotten).
+#[derive(Default)]
+pub struct Interested {
+    askers: HashMap<(String, String), HashMap<String, HashMap<String, Instant>>>,
+}
+
+impl Interested {
+    /// `asker` reads `value` of the grouped answer `(address, shared)`.
+    pub fn note(&mut self, address: &str, shared: &str, value: &str, asker: &str) {
+        let key = (address.to_owned(), shared.to_owned());
+        let values = self.askers.entry(key).or_default();
+        // Looked up before inserting: the steady case allocates nothing more.
+        match values.get_mut(value) {
+            Some(askers) => match askers.get_mut(asker) {
+                Some(asked) => *asked = Instant::now(),
+                None => {
+                    askers.insert(asker.to_owned(), Instant::now());
+                }
+            },
+            None => {
+                values.insert(
+                    value.to_owned(),
+                    HashMap::from([(asker.to_owned(), Instant::now())]),
+                );
+            }
+        }
+    }
+
+    /// The askers of `values` (every value when `None`) of `(address, shared)`.
+    pub fn askers_of(&self, address: &str, shared: &str, values: Option<&[String]>) -> Vec<String> {
+        let Some(by_value) = self.askers.get(&(address.to_owned(), shared.to_owned())) else {
+            return Vec::new();
+        };
+        let mut askers = HashSet::new();
+        match values {
+            None => askers.extend(by_value.values().flat_map(|a| a.keys())),
+            Some(values) => {
+                for value in values {
+                    if let Some(of_value) = by_value.get(value) {
+                        askers.extend(of_value.keys());
+                    }
+                }
+            }
+        }
+        askers.into_iter().cloned().collect()
+    }
+
+    /// Forgets askers that have not asked for `age`.
+    pub fn forget_older_than(&mut self, age: Duration) {
+        for values in self.askers.values_mut() {
+            for askers in values.values_mut() {
+                askers.retain(|_, asked| asked.elapsed() < age);
+            }
+            values.retain(|_, askers| !askers.is_empty());
+        }
+        self.askers.retain(|_, values| !values.is_empty());
+    }
+}
+
+/// Which values' askers a new answer concerns (pure): the values whose samples differ, or
+/// every value (`None`) when the answer turned from failed to answered or back, or failed
+/// differently.
+pub fn changed(previous: &Groups, next: &Groups) -> Option<Vec<String>> {
+    match (previous, next) {
+        (Ok(previous), Ok(next)) => {
+            let mut values: Vec<String> = previous
+                .keys()
+                .chain(next.keys())
+                .filter(|value| previous.get(*value) != next.get(*value))
+                .cloned()
+                .collect();
+            values.sort();
+            values.dedup();
+            Some(values)
+        }
+        (Err(previous), Err(next)) if previous == next => Some(Vec::new()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn groups(pairs: &[(&str, f64)]) -> Groups {
+        Ok(pairs
+            .iter()
+            .map(|(value, sample)| ((*value).to_owned(), vec![*sample]))
+            .collect())
+    }
+
+    #[test]
+    fn only_values_whose_samples_moved_are_news() {
+        let before = groups(&[("orders", 1.0), ("billing", 2.0), ("gone", 3.0)]);
+        let after = groups(&[("orders", 1.0), ("billing", 5.0), ("new", 4.0)]);
+        assert_eq!(
+            changed(&before, &after),
+            Some(vec!["billing".into(), "gone".into(), "new".into()])
+        );
+        assert_eq!(changed(&before, &before), Some(Vec::new()));
+        assert_eq!(changed(&before, &Err("down".into())), None);
+        assert_eq!(changed(&Err("down".into()), &before), None);
+        assert_eq!(
+            changed(&Err("down".into()), &Err("down".into())),
+            Some(Vec::new())
+        );
+    }
+
+    #[test]
+    fn askers_are_found_by_value_and_forgotten_when_they_stop() {
+        let mut interested = Interested::default();
+        interested.note("p", "sum by (g) (lag)", "orders", "shop/orders");
+        interested.note("p", "sum by (g) (lag)", "orders", "shop/orders-copy");
+        interested.note("p", "sum by (g) (lag)", "billing", "shop/billing");
+        let mut orders = interested.askers_of("p", "sum by (g) (lag)", Some(&["orders".into()]));
+        orders.sort();
+        assert_eq!(orders, ["shop/orders", "shop/orders-copy"]);
+        assert_eq!(interested.askers_of("p", "sum by (g) (lag)", None).len(), 3);
+        assert!(
+            interested
+                .askers_of("q", "sum by (g) (lag)", None)
+                .is_empty()
+        );
+        interested.forget_older_than(Duration::ZERO);
+        assert!(
+            interested
+                .askers_of("p", "sum by (g) (lag)", None)
+                .is_empty()
+        );
+    }
+}
