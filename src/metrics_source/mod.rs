@@ -182,6 +182,19 @@ impl MetricsSource {
     /// `max_age` ago. An address outside the allowlist is a failed query, and no request is
     /// sent.
     pub async fn query(&self, address: &str, expression: &str, max_age: Duration) -> Observation {
+        self.query_within(address, expression, max_age, self.timeout)
+            .await
+    }
+
+    /// Like [`query`](Self::query), taking at most `patience` in all, the wait for a slot
+    /// included.
+    async fn query_within(
+        &self,
+        address: &str,
+        expression: &str,
+        max_age: Duration,
+        patience: Duration,
+    ) -> Observation {
         if let Err(refused) = self.permits(address) {
             return Observation::Failed(refused.to_string());
         }
@@ -189,11 +202,9 @@ impl MetricsSource {
         answer
             .get_or_init(|| async {
                 let started = Instant::now();
-                let observation = match self.slot(address).await {
-                    Ok(_slot) => {
-                        self.backend
-                            .instant(address, expression, self.timeout)
-                            .await
+                let observation = match self.slot(address, started, patience).await {
+                    Ok((_slot, timeout)) => {
+                        self.backend.instant(address, expression, timeout).await
                     }
                     Err(reason) => Observation::Failed(reason),
                 };
@@ -204,7 +215,8 @@ impl MetricsSource {
             .clone()
     }
 
-    /// Like [`query_at`](Self::query_at); with `group_by`, an expression that differs from
+    /// The result of `expression` at the server the budget resolved to (without one it fails
+    /// with [`NO_PROMETHEUS`]), within the asker's poll; with `group_by`, an expression that differs from
     /// other budgets' only in that label's value is answered from one grouped evaluation for
     /// all of them ([`grouping`]), renewed once per [`Asking::every`], and any other is
     /// evaluated alone (shared for half of it).
@@ -215,12 +227,15 @@ impl MetricsSource {
         group_by: Option<&str>,
         asking: Asking<'_>,
     ) -> Observation {
-        let (Some(address), Some(label)) = (address, group_by) else {
-            return self.query_at(address, expression, asking.every / 2).await;
+        let patience = self.patience(asking.every);
+        let Some(address) = address else {
+            return Observation::Failed(NO_PROMETHEUS.to_owned());
         };
-        let grouping = self.grouping(expression, label);
-        let Ok(grouped) = grouping.as_ref() else {
-            return self.query(address, expression, asking.every / 2).await;
+        let grouping = group_by.map(|label| (label, self.grouping(expression, label)));
+        let Some((label, Ok(grouped))) = grouping.as_ref().map(|(l, g)| (*l, g.as_ref())) else {
+            return self
+                .query_within(address, expression, asking.every / 2, patience)
+                .await;
         };
         if let Err(refused) = self.permits(address) {
             return Observation::Failed(refused.to_string());
@@ -235,10 +250,10 @@ impl MetricsSource {
         let groups = answer
             .get_or_init(|| async {
                 let started = Instant::now();
-                let groups = match self.slot(address).await {
-                    Ok(_slot) => self
+                let groups = match self.slot(address, started, patience).await {
+                    Ok((_slot, timeout)) => self
                         .backend
-                        .instant_grouped(address, &grouped.shared, self.timeout, label)
+                        .instant_grouped(address, &grouped.shared, timeout, label)
                         .await
                         .map(by_value),
                     Err(reason) => Err(reason),
@@ -304,15 +319,40 @@ impl MetricsSource {
         }
     }
 
-    /// One of `address`'s query slots, once free. The wait is not bounded by the query
-    /// timeout: at a thousand budgets the slots are busy for seconds at a time, and a query
-    /// failed for waiting would turn a steady budget's metrics unavailable (a status write, an
-    /// Event) although the server answers fine.
-    async fn slot(&self, address: &str) -> Result<OwnedSemaphorePermit, String> {
-        self.limiter(address)
-            .acquire_owned()
-            .await
-            .map_err(|_| "query limiter closed".to_owned())
+    /// How long a budget's query may take in all, the wait for a slot included: its poll (an
+    /// answer that comes after the next poll began is of no use), at least the query timeout.
+    /// (The query timeout alone was tried as the bound: at a thousand ungrouped budgets the
+    /// slots are busy for seconds, and steady budgets turned MetricsUnavailable although the
+    /// server answered.)
+    fn patience(&self, every: Duration) -> Duration {
+        every.max(self.timeout)
+    }
+
+    /// One of `address`'s query slots, once free, if that is within `patience` of `started`,
+    /// with the time the query may then take: what is left of `patience`, at most the query
+    /// timeout.
+    async fn slot(
+        &self,
+        address: &str,
+        started: Instant,
+        patience: Duration,
+    ) -> Result<(OwnedSemaphorePermit, Duration), String> {
+        let deadline = started + patience;
+        match tokio::time::timeout_at(deadline, self.limiter(address).acquire_owned()).await {
+            Ok(Ok(slot)) => Ok((
+                slot,
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(self.timeout),
+            )),
+            Ok(Err(_)) => Err("query limiter closed".to_owned()),
+            Err(_) => Err(format!(
+                "no query slot for {address} within {:.0}s: all {} were busy (--query-concurrency); \
+                 share queries with metrics.groupBy, or raise it",
+                patience.as_secs_f64(),
+                self.concurrency
+            )),
+        }
     }
 
     /// The slots of `address`, created on first use (the allowlist bounds the addresses).
@@ -337,6 +377,7 @@ impl MetricsSource {
         address: Option<&str>,
         expression: &str,
         label: &str,
+        every: Duration,
     ) -> Labelled {
         let Some(address) = address else {
             return Err(NO_PROMETHEUS.to_owned());
@@ -344,10 +385,10 @@ impl MetricsSource {
         self.permits(address)
             .map_err(|refused| refused.to_string())?;
         let started = Instant::now();
-        let answer = match self.slot(address).await {
-            Ok(_slot) => {
+        let answer = match self.slot(address, started, self.patience(every)).await {
+            Ok((_slot, timeout)) => {
                 self.backend
-                    .instant_by_label(address, expression, self.timeout, label)
+                    .instant_by_label(address, expression, timeout, label)
                     .await
             }
             Err(reason) => Err(reason),
@@ -355,20 +396,6 @@ impl MetricsSource {
         // Counted in the operator's query metrics like every other query.
         self.observed(started, answer.is_err());
         answer
-    }
-
-    /// Like [`query`](Self::query), with the server the object resolved to; without one the
-    /// query fails with [`NO_PROMETHEUS`].
-    pub async fn query_at(
-        &self,
-        address: Option<&str>,
-        expression: &str,
-        max_age: Duration,
-    ) -> Observation {
-        match address {
-            Some(address) => self.query(address, expression, max_age).await,
-            None => Observation::Failed(NO_PROMETHEUS.to_owned()),
-        }
     }
 
     fn entry(
@@ -522,15 +549,57 @@ mod tests {
         assert_eq!(second, Observation::Samples(vec![1.0]));
         assert_eq!(elsewhere, Observation::Samples(vec![1.0]));
         // The other server's query did not wait for the slow one's slot; the slow server's
-        // second query did, and still had the whole timeout.
+        // second query did, and the wait counted against its timeout.
         assert_eq!(elsewhere_after, Duration::from_secs(3));
         assert_eq!(started.elapsed(), Duration::from_secs(6));
-        let given = backend
+        let mut given = backend
             .given
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        assert_eq!(given, vec![Duration::from_secs(5); 3]);
+        given.sort();
+        assert_eq!(
+            given,
+            [2, 5, 5].map(Duration::from_secs),
+            "3 s of the second query's 5 s went to waiting"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_waits_for_a_slot_at_most_its_poll_and_is_told_why() {
+        // A server that holds the only slot longer than the second budget can wait.
+        let backend = Arc::new(Slow {
+            delay: Duration::from_secs(45),
+            given: Mutex::new(Vec::new()),
+        });
+        let source = MetricsSource::new(backend.clone(), 1, Duration::from_secs(30));
+        let every = Duration::from_secs(15);
+        let asking = |asker| Asking { asker, every };
+        let started = tokio::time::Instant::now();
+        let (first, second) = tokio::join!(
+            source.query_for(Some("http://p"), "a", None, asking("shop/a")),
+            async {
+                // Asked once the first holds the only slot.
+                tokio::task::yield_now().await;
+                let answer = source
+                    .query_for(Some("http://p"), "b", None, asking("shop/b"))
+                    .await;
+                (answer, started.elapsed())
+            },
+        );
+        // The first had the whole 30 s query timeout (its poll is shorter).
+        assert_eq!(first, Observation::Samples(vec![1.0]));
+        let (second, failed_after) = second;
+        assert_eq!(failed_after, Duration::from_secs(30));
+        let Observation::Failed(reason) = second else {
+            panic!("a query that never got a slot fails: {second:?}");
+        };
+        assert!(
+            reason.contains("no query slot for http://p within 30s")
+                && reason.contains("--query-concurrency"),
+            "{reason}"
+        );
+        assert_eq!(*backend.given.lock().unwrap(), [Duration::from_secs(30)]);
     }
 
     /// Answers a grouped expression with one series per consumer group; counts the calls.

@@ -114,7 +114,7 @@ pub async fn observe_metrics(
             None => None,
             Some(expression) => Some(
                 queries
-                    .query_by_label(address, expression, PARTITION_LABEL)
+                    .query_by_label(address, expression, PARTITION_LABEL, poll)
                     .await,
             ),
         }
