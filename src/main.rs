@@ -4,6 +4,11 @@ use backlog_operator::sim::{output::Format, policy::PolicyKind, run, scenario::S
 use backlog_operator::{api, cli};
 use clap::Parser;
 
+/// Per-thread free lists: under glibc's allocator a quarter of the operator's steady CPU at
+/// 10,000 budgets went to malloc and free (consolidating and unlinking chunks).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
