@@ -15,6 +15,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{BacklogBudgetStatus, BudgetPhase};
 
+use super::news::Written;
+
 /// One budget's memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Remembered {
@@ -23,9 +25,9 @@ pub struct Remembered {
     pub uid: Option<String>,
     /// What the last poll decided.
     pub decided: Arc<BacklogBudgetStatus>,
-    /// What the API server holds, as far as this process knows; the same allocation as
-    /// `decided` when they are equal (most of the time), so a budget costs one status.
-    pub written: Arc<BacklogBudgetStatus>,
+    /// What the API server holds, as far as this process knows: only what tells whether a
+    /// new status is news, so a budget costs one whole status here.
+    pub written: Written,
     /// When `written` was written (`None`: unknown).
     pub written_at: Option<Timestamp>,
     /// The control document's ConfigMap as this process last applied it, while that write
@@ -53,8 +55,8 @@ impl Remembered {
             .map(|at| at.0);
         Remembered {
             uid,
-            decided: status.clone(),
-            written: status,
+            written: Written::of(&status),
+            decided: status,
             written_at,
             published: None,
             exported_phase: None,

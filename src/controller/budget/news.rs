@@ -15,26 +15,61 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::backlog_budget::BacklogBudgetStatus;
 use crate::core::stabilization::seconds_between;
 
-use super::status::differs;
-
 /// How far an observed number may move, as a share of itself, before it is news.
 pub const NUMBER_TOLERANCE: f64 = 0.1;
 
 /// How old the written status may grow while only its numbers drift within the tolerance.
 pub const REFRESH_AFTER: Duration = Duration::from_secs(300);
 
+/// What is kept of a status written (or about to be): enough to tell whether another is
+/// news, at a small fraction of its size (the operator keeps one per budget).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Written {
+    /// A fingerprint of everything but the observation time.
+    content: u64,
+    /// A fingerprint of what a reader acts on ([`headline`]).
+    headline: u64,
+    /// The live numbers.
+    numbers: Vec<Option<f64>>,
+}
+
+impl Written {
+    pub fn of(status: &BacklogBudgetStatus) -> Written {
+        let mut without_time = status.clone();
+        if let Some(observed) = without_time.observed.as_mut() {
+            observed.at = None;
+        }
+        Written {
+            content: fingerprint(&without_time),
+            headline: fingerprint(&headline(status)),
+            numbers: numbers(status),
+        }
+    }
+}
+
+/// A 64-bit hash of the status as JSON (its fields are all ordered: equal statuses print the
+/// same). Two different statuses sharing one would only delay a write to the next change.
+fn fingerprint(status: &BacklogBudgetStatus) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = std::hash::DefaultHasher::new();
+    // The status serializes (no maps with non-string keys); were it ever not to, every
+    // status would print empty and the refresh would still write it.
+    hasher.write(&serde_json::to_vec(status).unwrap_or_default());
+    hasher.finish()
+}
+
 /// Whether `next` is worth writing over `written`, last written at `written_at` (`None`:
 /// unknown, so it is due).
 pub fn is_news(
-    written: &BacklogBudgetStatus,
+    written: &Written,
     written_at: Option<Timestamp>,
-    next: &BacklogBudgetStatus,
+    next: &Written,
     now: Timestamp,
 ) -> bool {
-    if !differs(written, next) {
+    if written.content == next.content {
         return false;
     }
-    if headline(written) != headline(next) || numbers_moved(written, next) {
+    if written.headline != next.headline || numbers_moved(&written.numbers, &next.numbers) {
         return true;
     }
     written_at.is_none_or(|at| seconds_between(at, now) >= REFRESH_AFTER.as_secs_f64())
@@ -84,10 +119,8 @@ fn headline(status: &BacklogBudgetStatus) -> BacklogBudgetStatus {
 }
 
 /// Whether any live number moved by more than the tolerance, or appeared or went away.
-fn numbers_moved(written: &BacklogBudgetStatus, next: &BacklogBudgetStatus) -> bool {
-    let before = numbers(written);
-    let after = numbers(next);
-    before.len() != after.len() || before.iter().zip(&after).any(|(&a, &b)| number_moved(a, b))
+fn numbers_moved(before: &[Option<f64>], after: &[Option<f64>]) -> bool {
+    before.len() != after.len() || before.iter().zip(after).any(|(&a, &b)| number_moved(a, b))
 }
 
 fn number_moved(a: Option<f64>, b: Option<f64>) -> bool {

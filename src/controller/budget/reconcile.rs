@@ -18,7 +18,7 @@ use super::apply::BudgetEffects;
 use super::decide::{BudgetSettings, BudgetStep, decide};
 use super::facts::{BudgetFacts, gather, still_counts};
 use super::memory::{Published, Remembered};
-use super::news::is_news;
+use super::news::{Written, is_news};
 
 /// How soon a budget reconciled before the budgets and HPAs were listed is looked at again.
 const BUDGETS_NOT_LISTED: std::time::Duration = std::time::Duration::from_secs(1);
@@ -52,7 +52,8 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     // Decide.
     let now = Timestamp::now();
     let plan = decide(&settings, &facts, &remembered.decided, now);
-    let (steps, writes) = only_news(plan.steps, &remembered, &plan.status, now);
+    let next_written = Written::of(&plan.status);
+    let (steps, writes) = only_news(plan.steps, &remembered, &plan.status, &next_written, now);
     // Apply.
     let effects = BudgetEffects {
         ctx: &ctx.base,
@@ -74,9 +75,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         .filter(|published| still_counts(published, now));
     let decided = Arc::new(plan.status);
     let (written, written_at) = if writes {
-        (decided.clone(), Some(now))
-    } else if *remembered.written == *decided {
-        (decided.clone(), remembered.written_at)
+        (next_written, Some(now))
     } else {
         (remembered.written, remembered.written_at)
     };
@@ -120,9 +119,15 @@ fn only_news(
     steps: Vec<BudgetStep>,
     remembered: &Remembered,
     next: &BacklogBudgetStatus,
+    next_written: &Written,
     now: Timestamp,
 ) -> (Vec<BudgetStep>, bool) {
-    let news = is_news(&remembered.written, remembered.written_at, next, now);
+    let news = is_news(
+        &remembered.written,
+        remembered.written_at,
+        next_written,
+        now,
+    );
     let mut kept: Vec<BudgetStep> = steps
         .into_iter()
         .filter(|step| news || !matches!(step, BudgetStep::WriteStatus(_)))

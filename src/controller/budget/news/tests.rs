@@ -4,6 +4,16 @@ use proptest::prelude::*;
 use super::*;
 use crate::api::backlog_budget::{BudgetPhase, DemandBucket, Observed};
 
+/// The statuses' own comparison, as the reconcile makes it through [`Written`].
+fn is_news(
+    written: &BacklogBudgetStatus,
+    written_at: Option<Timestamp>,
+    next: &BacklogBudgetStatus,
+    now: Timestamp,
+) -> bool {
+    super::is_news(&Written::of(written), written_at, &Written::of(next), now)
+}
+
 fn at(s: i64) -> Timestamp {
     Timestamp::from_second(s).expect("a time")
 }
