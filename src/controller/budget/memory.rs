@@ -72,11 +72,26 @@ pub struct DecisionMemory {
 
 impl DecisionMemory {
     /// The memory of budget `namespace/name` with `uid`, if this process has one.
-    pub fn recall(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
-        self.lock()
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .filter(|remembered| remembered.uid.as_deref() == uid)
-            .cloned()
+    /// The memory of budget `namespace/name` with `uid`, or, the first time this process
+    /// sees it, its status as the watch cache has it. A budget deleted and created again under
+    /// its name starts afresh, except that the phase series its predecessor exported is still
+    /// known (and so replaced, not doubled).
+    pub fn recall(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        cached: Option<&BacklogBudgetStatus>,
+    ) -> Remembered {
+        let budgets = self.lock();
+        let known = budgets.get(&(namespace.to_owned(), name.to_owned()));
+        match known {
+            Some(remembered) if remembered.uid.as_deref() == uid => remembered.clone(),
+            _ => Remembered {
+                exported_phase: known.and_then(|remembered| remembered.exported_phase),
+                ..Remembered::from_cache(uid.map(str::to_owned), cached)
+            },
+        }
     }
 
     pub fn keep(&self, namespace: &str, name: &str, remembered: Remembered) {
@@ -108,5 +123,36 @@ impl DecisionMemory {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Remembered>> {
         // A panic while holding the lock leaves a map that is still whole.
         self.budgets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_created_again_under_its_name_starts_afresh_but_its_phase_series_is_known() {
+        let memory = DecisionMemory::default();
+        let cached = BacklogBudgetStatus {
+            phase: Some(BudgetPhase::AtRisk),
+            ..Default::default()
+        };
+        let first = memory.recall("shop", "orders", Some("u-1"), Some(&cached));
+        assert_eq!(first.decided.phase, Some(BudgetPhase::AtRisk));
+        memory.keep(
+            "shop",
+            "orders",
+            Remembered {
+                exported_phase: Some(BudgetPhase::AtRisk),
+                ..first.clone()
+            },
+        );
+        let again = memory.recall("shop", "orders", Some("u-1"), None);
+        assert_eq!(again.exported_phase, Some(BudgetPhase::AtRisk));
+        assert_eq!(again.decided, first.decided);
+        let successor = memory.recall("shop", "orders", Some("u-2"), None);
+        assert_eq!(successor.uid.as_deref(), Some("u-2"));
+        assert_eq!(successor.decided.phase, None);
+        assert_eq!(successor.exported_phase, Some(BudgetPhase::AtRisk));
     }
 }

@@ -41,8 +41,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     let uid = budget.uid();
     let remembered = ctx
         .memory
-        .recall(&namespace, &name, uid.as_deref())
-        .unwrap_or_else(|| Remembered::from_cache(uid.clone(), budget.status.as_ref()));
+        .recall(&namespace, &name, uid.as_deref(), budget.status.as_ref());
     let settings = BudgetSettings::of(budget);
     let (facts, target_api) = match settings.poll() {
         Some(poll) => gather(budget, &namespace, poll, remembered.published.as_ref(), ctx).await?,
