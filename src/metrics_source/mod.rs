@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, broadcast};
 
 use crate::core::metric_input::Observation;
+use wake::{Groups, Interested};
 
 pub use allowlist::{Allowlist, AllowlistError, Refused};
 pub use grouping::{Grouped, NotGroupable};
@@ -73,8 +74,6 @@ struct Entry<T> {
     asked: Instant,
     answer: Arc<OnceCell<T>>,
 }
-
-use wake::{Groups, Interested};
 
 /// Who asks a query, and how often they need a fresh answer.
 #[derive(Clone, Copy, Debug)]
@@ -215,10 +214,10 @@ impl MetricsSource {
             .clone()
     }
 
-    /// The result of `expression` at the server the budget resolved to (without one it fails
-    /// with [`NO_PROMETHEUS`]), within the asker's poll; with `group_by`, an expression that differs from
-    /// other budgets' only in that label's value is answered from one grouped evaluation for
-    /// all of them ([`grouping`]), renewed once per [`Asking::every`], and any other is
+    /// The result of `expression` at the server the budget resolved to (without one it
+    /// fails with [`NO_PROMETHEUS`]), within the asker's poll. With `group_by`, an expression
+    /// that differs from other budgets' only in that label's value is answered from one
+    /// grouped evaluation for all of them ([`grouping`]), renewed once per [`Asking::every`], and any other is
     /// evaluated alone (shared for half of it).
     pub async fn query_for(
         &self,
