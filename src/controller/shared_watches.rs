@@ -6,6 +6,8 @@
 //! Each watch is driven by the controller it triggers (budgets by the budget controller,
 //! policies by the policy controller); the other controller reads its cache.
 
+use std::sync::Arc;
+
 use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -28,6 +30,8 @@ pub fn open(
     retry_policy::Shared<Events<RetryPolicy>>,
 ) {
     let (budgets, writer) = reflector::store();
+    let memory = Arc::new(budget::memory::DecisionMemory::default());
+    let known = Arc::clone(&memory);
     let (mark_budgets_listed, budgets_listed) = listed();
     let targets = budget::targets::TargetIndex::default();
     let (mut notices, budget_notices) = retry_policy::budget_notices();
@@ -38,7 +42,11 @@ pub fn open(
         scope.api::<BacklogBudget>(client),
         watcher::Config::default(),
     )
-    .modify(slim::bookkeeping)
+    .modify(move |budget| {
+        slim::budget(budget, |namespace, name, uid| {
+            known.knows(namespace, name, uid)
+        })
+    })
     .default_backoff()
     .reflect(writer)
     .inspect(move |event| {
@@ -65,6 +73,7 @@ pub fn open(
             budgets: budgets.clone(),
             targets,
             policies: policies.clone(),
+            memory,
         },
         retry_policy::Shared {
             policy_events,

@@ -8,6 +8,8 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::Resource;
 
+use crate::api::backlog_budget::BacklogBudget;
+
 /// The annotation `kubectl apply` writes: a copy of the whole object.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -17,6 +19,21 @@ pub fn bookkeeping<K: Resource>(object: &mut K) {
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// A budget as the controllers read it: its status only until the decision remembers it.
+/// The decision reads the cached status once, to continue from what was last written; after
+/// that the status is its own memory, and a copy here would be a second one per budget.
+pub fn budget(budget: &mut BacklogBudget, remembered: impl Fn(&str, &str, Option<&str>) -> bool) {
+    bookkeeping(budget);
+    let meta = &budget.metadata;
+    let known = match (meta.namespace.as_deref(), meta.name.as_deref()) {
+        (Some(namespace), Some(name)) => remembered(namespace, name, meta.uid.as_deref()),
+        _ => false,
+    };
+    if known {
+        budget.status = None;
     }
 }
 
@@ -107,6 +124,34 @@ mod tests {
             size(&slim),
             size(&full)
         );
+    }
+
+    #[test]
+    fn a_budget_keeps_its_status_until_the_decision_remembers_it() {
+        let mut full: BacklogBudget =
+            serde_yaml::from_str(include_str!("../../examples/backlog-budget.yaml"))
+                .expect("the example BacklogBudget");
+        full.metadata.namespace = Some("shop".to_owned());
+        full.metadata.name = Some("orders".to_owned());
+        full.metadata.uid = Some("u-2".to_owned());
+        full.status = Some(
+            serde_json::from_value(serde_json::json!({"phase": "Healthy"})).expect("a status"),
+        );
+        let remembers = |uid: &'static str| {
+            move |namespace: &str, name: &str, seen: Option<&str>| {
+                (namespace, name, seen) == ("shop", "orders", Some(uid))
+            }
+        };
+        let mut first_look = full.clone();
+        budget(&mut first_look, remembers("u-1"));
+        assert_eq!(
+            first_look.status, full.status,
+            "a predecessor's memory is not this one's"
+        );
+        let mut later = full.clone();
+        budget(&mut later, remembers("u-2"));
+        assert!(later.status.is_none());
+        assert_eq!(later.spec, full.spec);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! ([`super::news`]), so the written status may lag the decided one by what is not news.
 //!
 //! A replica that starts leading begins empty and takes each budget's memory from the status
-//! in its watch cache: what was last written is what a new leader continues from.
+//! in its watch cache: what was last written is what a new leader continues from. Once a
+//! budget is remembered, the watch keeps its status out of the cache ([`crate::controller::slim::budget`]):
+//! the memory lives as long as the watches (one term), so the cache is never read for it again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -92,6 +94,14 @@ impl DecisionMemory {
                 ..Remembered::from_cache(uid.map(str::to_owned), cached)
             },
         }
+    }
+
+    /// Whether this process remembers budget `namespace/name` with `uid`: then the status in
+    /// the watch cache is never read again.
+    pub fn knows(&self, namespace: &str, name: &str, uid: Option<&str>) -> bool {
+        self.lock()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .is_some_and(|remembered| remembered.uid.as_deref() == uid)
     }
 
     pub fn keep(&self, namespace: &str, name: &str, remembered: Remembered) {

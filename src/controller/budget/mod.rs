@@ -60,7 +60,7 @@ pub struct BudgetContext {
     kinds: target::Kinds,
     failures: Failures,
     /// Each budget's last decided and last written status.
-    memory: memory::DecisionMemory,
+    memory: Arc<memory::DecisionMemory>,
 }
 
 impl Reconciler for BudgetContext {
@@ -97,6 +97,9 @@ pub struct Shared<BudgetEvents> {
     pub targets: targets::TargetIndex,
     /// Kept by the RetryPolicy controller's watch.
     pub policies: Store<RetryPolicy>,
+    /// The decisions' memory, which the budget watch consults to keep statuses out of its
+    /// cache.
+    pub memory: Arc<memory::DecisionMemory>,
 }
 
 pub async fn run<BudgetEvents>(ctx: Arc<Context>, scope: Scope, shared: Shared<BudgetEvents>)
@@ -158,7 +161,7 @@ where
         documents: documents::ControlDocuments::new(client.clone()),
         kinds: target::Kinds::default(),
         failures: Failures::default(),
-        memory: memory::DecisionMemory::default(),
+        memory: shared.memory,
     });
     let (for_autoscalers, for_deployments, for_statefulsets) = (
         shared.targets.clone(),
