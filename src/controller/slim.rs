@@ -8,7 +8,9 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::Resource;
 
-use crate::api::backlog_budget::BacklogBudget;
+use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus};
+
+use super::synced::SYNCED;
 
 /// The annotation `kubectl apply` writes: a copy of the whole object.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -22,9 +24,11 @@ pub fn bookkeeping<K: Resource>(object: &mut K) {
     }
 }
 
-/// A budget as the controllers read it: its status only until the decision remembers it.
-/// The decision reads the cached status once, to continue from what was last written; after
-/// that the status is its own memory, and a copy here would be a second one per budget.
+/// A budget as the controllers read it: its whole status only until the decision remembers
+/// it. The decision reads the cached status once, to continue from what was last written;
+/// after that the status is its own memory, and a copy here would be a second one per budget.
+/// The `Synced` condition stays: every reconcile reads it to tell whether a failure it
+/// reported has cleared ([`super::synced`]).
 pub fn budget(budget: &mut BacklogBudget, remembered: impl Fn(&str, &str, Option<&str>) -> bool) {
     bookkeeping(budget);
     let meta = &budget.metadata;
@@ -32,9 +36,21 @@ pub fn budget(budget: &mut BacklogBudget, remembered: impl Fn(&str, &str, Option
         (Some(namespace), Some(name)) => remembered(namespace, name, meta.uid.as_deref()),
         _ => false,
     };
-    if known {
-        budget.status = None;
+    if !known {
+        return;
     }
+    let synced: Vec<_> = budget
+        .status
+        .take()
+        .map(|status| status.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|condition| condition.type_ == SYNCED)
+        .collect();
+    budget.status = (!synced.is_empty()).then(|| BacklogBudgetStatus {
+        conditions: synced,
+        ..Default::default()
+    });
 }
 
 /// A target as the budget reads it: its name, spec.replicas, status.observedGeneration and
@@ -135,7 +151,13 @@ mod tests {
         full.metadata.name = Some("orders".to_owned());
         full.metadata.uid = Some("u-2".to_owned());
         full.status = Some(
-            serde_json::from_value(serde_json::json!({"phase": "Healthy"})).expect("a status"),
+            serde_json::from_value(serde_json::json!({"phase": "Healthy", "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Healthy", "message": "",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Synced", "status": "False", "reason": "ApiServerError",
+                 "message": "scale refused", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ]}))
+            .expect("a status"),
         );
         let remembers = |uid: &'static str| {
             move |namespace: &str, name: &str, seen: Option<&str>| {
@@ -150,8 +172,18 @@ mod tests {
         );
         let mut later = full.clone();
         budget(&mut later, remembers("u-2"));
-        assert!(later.status.is_none());
+        // Only a reported failure stays, for the check that clears it.
+        let kept = later.status.as_ref().expect("the Synced condition");
+        assert_eq!(kept.phase, None);
+        let types: Vec<&str> = kept.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Synced"]);
         assert_eq!(later.spec, full.spec);
+        let mut nothing_reported = full.clone();
+        if let Some(status) = nothing_reported.status.as_mut() {
+            status.conditions.retain(|c| c.type_ != "Synced");
+        }
+        budget(&mut nothing_reported, remembers("u-2"));
+        assert!(nothing_reported.status.is_none());
     }
 
     #[test]
