@@ -154,7 +154,8 @@ pub fn build_context_with(
 
 /// Runs every controller on `context` until they stop (on a termination signal).
 pub async fn run_controllers(context: Arc<Context>, scope: Scope) {
-    let (for_budgets, for_policies) = shared_watches::open(&context.client, &scope);
+    let (for_budgets, for_policies) =
+        shared_watches::open(&context.client, &scope, context.metrics.clone());
     tokio::join!(
         budget::run(context.clone(), scope.clone(), for_budgets),
         compensation::run(context.clone(), scope.clone()),

@@ -14,6 +14,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use crate::api::backlog_budget::BacklogBudget;
 use crate::api::retry_policy::RetryPolicy;
+use crate::telemetry::Metrics;
 
 use super::listed::listed;
 use super::{Scope, budget, retry_policy, slim};
@@ -25,6 +26,7 @@ type Events<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> 
 pub fn open(
     client: &Client,
     scope: &Scope,
+    metrics: Arc<Metrics>,
 ) -> (
     budget::Shared<Events<BacklogBudget>>,
     retry_policy::Shared<Events<RetryPolicy>>,
@@ -32,6 +34,7 @@ pub fn open(
     let (budgets, writer) = reflector::store();
     let memory = Arc::new(budget::memory::DecisionMemory::default());
     let known = Arc::clone(&memory);
+    let strip_known = Arc::clone(&memory);
     let (mark_budgets_listed, budgets_listed) = listed();
     let targets = budget::targets::TargetIndex::default();
     let (mut notices, budget_notices) = retry_policy::budget_notices();
@@ -44,7 +47,7 @@ pub fn open(
     )
     .modify(move |budget| {
         slim::budget(budget, |namespace, name, uid| {
-            known.knows(namespace, name, uid)
+            strip_known.knows(namespace, name, uid)
         })
     })
     .default_backoff()
@@ -53,6 +56,9 @@ pub fn open(
         if let Ok(event) = event {
             index.apply(event);
             notices.note(event);
+            if let watcher::Event::Delete(deleted) = event {
+                budget::reconcile::forget_deleted_budget(&known, &metrics, deleted);
+            }
             if let watcher::Event::InitDone = event {
                 mark_budgets_listed.mark();
             }

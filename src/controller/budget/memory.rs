@@ -104,6 +104,17 @@ impl DecisionMemory {
             .is_some_and(|remembered| remembered.uid.as_deref() == uid)
     }
 
+    /// Forgets budget `namespace/name` with `uid` (not a successor under its name), and says
+    /// what it was.
+    pub fn forget(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
+        let mut budgets = self.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        if budgets.get(&key)?.uid.as_deref() != uid {
+            return None;
+        }
+        budgets.remove(&key)
+    }
+
     pub fn keep(&self, namespace: &str, name: &str, remembered: Remembered) {
         self.lock()
             .insert((namespace.to_owned(), name.to_owned()), remembered);

@@ -12,7 +12,7 @@ mod grouping;
 pub mod inputs;
 pub mod memory;
 pub mod news;
-mod reconcile;
+pub mod reconcile;
 pub mod status;
 pub mod target;
 pub mod targets;

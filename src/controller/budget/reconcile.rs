@@ -11,13 +11,13 @@ use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase
 use crate::controller::error::Error;
 use crate::controller::plan::execute;
 use crate::core::scaling::ScalingDecision;
-use crate::telemetry::BudgetLabels;
+use crate::telemetry::{BudgetLabels, Metrics};
 
 use super::BudgetContext;
 use super::apply::BudgetEffects;
 use super::decide::{BudgetSettings, BudgetStep, decide};
 use super::facts::{BudgetFacts, gather, still_counts};
-use super::memory::{Published, Remembered};
+use super::memory::{DecisionMemory, Published, Remembered};
 use super::news::{Written, is_news};
 
 /// How soon a budget reconciled before the budgets and HPAs were listed is looked at again.
@@ -152,12 +152,31 @@ fn forget_deleted(ctx: &BudgetContext) {
                 .is_some()
         });
         for ((namespace, name), remembered) in forgotten {
-            ctx.base.metrics.budget_deleted(
-                &BudgetLabels { namespace, name },
-                remembered.exported_phase.map(phase_label).as_deref(),
-            );
+            unexport(&ctx.base.metrics, namespace, name, &remembered);
         }
     }
+}
+
+/// Forgets a budget the watch saw deleted and removes its series from `/metrics` at once, so
+/// dashboards do not show it until the next sweep. The sweep above still catches deletions
+/// the watch did not see (made while it was relisting).
+pub fn forget_deleted_budget(memory: &DecisionMemory, metrics: &Metrics, budget: &BacklogBudget) {
+    let (Some(namespace), Some(name)) = (
+        budget.metadata.namespace.as_deref(),
+        budget.metadata.name.as_deref(),
+    ) else {
+        return;
+    };
+    if let Some(remembered) = memory.forget(namespace, name, budget.metadata.uid.as_deref()) {
+        unexport(metrics, namespace.to_owned(), name.to_owned(), &remembered);
+    }
+}
+
+fn unexport(metrics: &Metrics, namespace: String, name: String, remembered: &Remembered) {
+    metrics.budget_deleted(
+        &BudgetLabels { namespace, name },
+        remembered.exported_phase.map(phase_label).as_deref(),
+    );
 }
 
 fn export(
@@ -189,6 +208,40 @@ mod tests {
     use std::time::Duration;
 
     use super::jittered;
+
+    #[test]
+    fn a_deleted_budget_leaves_memory_and_metrics_at_once_but_not_its_successor() {
+        use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase};
+        use crate::controller::budget::memory::{DecisionMemory, Remembered};
+        use crate::telemetry::{BudgetLabels, Metrics};
+
+        let (memory, metrics) = (DecisionMemory::default(), Metrics::default());
+        let labels = BudgetLabels {
+            namespace: "shop".into(),
+            name: "orders".into(),
+        };
+        metrics.budget_decided(&labels, None, "AtRisk", 5, None);
+        let remembered = |uid: &str| Remembered {
+            exported_phase: Some(BudgetPhase::AtRisk),
+            ..Remembered::from_cache(Some(uid.to_owned()), None::<&BacklogBudgetStatus>)
+        };
+        memory.keep("shop", "orders", remembered("u-2"));
+        let mut deleted: BacklogBudget =
+            serde_yaml::from_str(include_str!("../../../examples/backlog-budget.yaml"))
+                .expect("the example BacklogBudget");
+        deleted.metadata.namespace = Some("shop".to_owned());
+        deleted.metadata.name = Some("orders".to_owned());
+        // The deletion of a predecessor seen late does not touch its successor.
+        deleted.metadata.uid = Some("u-1".to_owned());
+        super::forget_deleted_budget(&memory, &metrics, &deleted);
+        assert!(memory.knows("shop", "orders", Some("u-2")));
+        assert!(metrics.encode().contains("name=\"orders\""));
+        deleted.metadata.uid = Some("u-2".to_owned());
+        super::forget_deleted_budget(&memory, &metrics, &deleted);
+        assert_eq!(memory.remembered(), 0);
+        let text = metrics.encode();
+        assert!(!text.contains("name=\"orders\""), "{text}");
+    }
 
     #[test]
     fn requeues_stretch_the_poll_by_up_to_a_tenth_and_differ() {
