@@ -85,14 +85,22 @@ impl DecisionMemory {
         uid: Option<&str>,
         cached: Option<&BacklogBudgetStatus>,
     ) -> Remembered {
-        let budgets = self.lock();
-        let known = budgets.get(&(namespace.to_owned(), name.to_owned()));
+        let mut budgets = self.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let known = budgets.get(&key);
         match known {
             Some(remembered) if remembered.uid.as_deref() == uid => remembered.clone(),
-            _ => Remembered {
-                exported_phase: known.and_then(|remembered| remembered.exported_phase),
-                ..Remembered::from_cache(uid.map(str::to_owned), cached)
-            },
+            _ => {
+                let first = Remembered {
+                    exported_phase: known.and_then(|remembered| remembered.exported_phase),
+                    ..Remembered::from_cache(uid.map(str::to_owned), cached)
+                };
+                // Known from now on, before this reconcile writes: the watch event of its own
+                // status write may come back before the reconcile ends, and must find the
+                // budget known to leave the status out of the cache.
+                budgets.insert(key, first.clone());
+                first
+            }
         }
     }
 
@@ -160,6 +168,8 @@ mod tests {
         };
         let first = memory.recall("shop", "orders", Some("u-1"), Some(&cached));
         assert_eq!(first.decided.phase, Some(BudgetPhase::AtRisk));
+        // Known at once, before the reconcile that recalled it keeps anything.
+        assert!(memory.knows("shop", "orders", Some("u-1")));
         memory.keep(
             "shop",
             "orders",
