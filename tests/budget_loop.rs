@@ -6,7 +6,7 @@ mod support;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use backlog_operator::api::backlog_budget::BudgetPhase;
+use backlog_operator::api::backlog_budget::{BacklogBudget, BudgetPhase};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::Api;
@@ -570,6 +570,25 @@ fn the_operator_binary_serves_metrics_and_health(env: &TestEnv) {
             },
         )
         .await;
+        // A deleted budget's series leave /metrics as the watch sees the deletion (one budget
+        // deleted never reaches the sweep that forgets deleted budgets in bulk).
+        Api::<BacklogBudget>::namespaced(env.admin(), &namespace)
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete the budget");
+        let budget_series = format!("name=\"{name}\"");
+        wait_until(
+            Duration::from_secs(20),
+            "/metrics drops the deleted budget's series",
+            || async {
+                let (_, body) = http_get(&address, "/metrics").await?;
+                (!body.lines().any(|line| {
+                    line.starts_with("backlog_operator_budget_") && line.contains(&budget_series)
+                }))
+                .then_some(())
+            },
+        )
+        .await;
     });
 }
 
@@ -681,7 +700,6 @@ fn metric_value(text: &str, name: &str) -> Option<f64> {
 /// fewer evaluations than reconciles, where one per query and reconcile is the ungrouped
 /// floor), and a budget whose backlog query cannot be grouped is answered alone and says why.
 fn budgets_grouped_by_a_label_share_one_evaluation_and_read_their_own_values(env: &TestEnv) {
-    use backlog_operator::api::backlog_budget::BacklogBudget;
     const GROUPED: usize = 20;
     let namespace = env.fresh_namespace("grouped");
     env.block_on(async {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 
 use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase};
 use crate::controller::error::Error;
@@ -97,6 +98,12 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
             exported_phase,
         },
     );
+    // The watch may have seen the budget deleted while this reconcile ran and forgotten it
+    // before the memory above was kept: forget it again, with the series just exported.
+    let current = ctx.budgets.get(&ObjectRef::from_obj(budget));
+    if current.is_none_or(|current| current.uid() != budget.uid()) {
+        forget_deleted_budget(&ctx.memory, &ctx.base.metrics, budget);
+    }
     forget_deleted(ctx);
     Ok(Action::requeue(jittered(plan.requeue)))
 }
@@ -148,7 +155,7 @@ fn forget_deleted(ctx: &BudgetContext) {
         let budgets = ctx.budgets.clone();
         let forgotten = ctx.memory.forget_unless(|namespace, name| {
             budgets
-                .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+                .get(&ObjectRef::new(name).within(namespace))
                 .is_some()
         });
         for ((namespace, name), remembered) in forgotten {
