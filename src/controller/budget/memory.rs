@@ -5,8 +5,9 @@
 //!
 //! A replica that starts leading begins empty and takes each budget's memory from the status
 //! in its watch cache: what was last written is what a new leader continues from. Once a
-//! budget is remembered, the watch keeps its status out of the cache ([`crate::controller::slim::budget`]):
-//! the memory lives as long as the watches (one term), so the cache is never read for it again.
+//! budget is remembered, the watch keeps its status out of the cache
+//! ([`crate::controller::slim::budget`]): the memory lives as long as the watches (one term),
+//! so the cache is never read for it again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
