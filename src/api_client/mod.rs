@@ -23,7 +23,7 @@ use tower::{BoxError, ServiceBuilder};
 
 pub use connector::{GateClosed, GatedConnector};
 pub use gate::WriteGate;
-pub use rate_limit::{RateLimit, RateLimitLayer, ThrottleObserver};
+pub use rate_limit::{RateLimit, RateLimitLayer, SpareCapacity, ThrottleObserver};
 pub use timeout::{RequestTimeoutLayer, TimedOut};
 
 /// How the operator talks to the API server.
@@ -71,11 +71,21 @@ pub fn user_agent(identity: Option<&str>) -> String {
 /// A client whose connections write only while `gate` is open, and whose requests keep to
 /// the settings' rate limit (each wait told to `throttled`).
 pub fn build(
-    mut config: Config,
+    config: Config,
     settings: &ClientSettings,
     gate: WriteGate,
     throttled: Option<Arc<dyn ThrottleObserver>>,
 ) -> Result<Client, kube::Error> {
+    build_with_spare(config, settings, gate, throttled).map(|(client, _)| client)
+}
+
+/// [`build`], with the capacity its limit leaves to writes that may wait.
+pub fn build_with_spare(
+    mut config: Config,
+    settings: &ClientSettings,
+    gate: WriteGate,
+    throttled: Option<Arc<dyn ThrottleObserver>>,
+) -> Result<(Client, SpareCapacity), kube::Error> {
     let limit = (settings.qps > 0.0).then(|| {
         let limit = RateLimit::new(settings.qps, settings.burst);
         Arc::new(match throttled {
@@ -94,6 +104,7 @@ pub fn build(
     http.set_connect_timeout(Some(settings.connect_timeout));
     let https = config.rustls_https_connector_with_connector(GatedConnector::new(http, gate))?;
     let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    let spare = limit.clone().map(SpareCapacity::of).unwrap_or_default();
     let service = ServiceBuilder::new()
         // Outermost: waiting for the limit is not part of a request's deadline.
         .option_layer(limit.map(RateLimitLayer::new))
@@ -109,7 +120,7 @@ pub fn build(
         .layer(RequestTimeoutLayer::new(settings.request_timeout))
         .map_err(BoxError::from)
         .service(hyper);
-    Ok(Client::new(service, config.default_namespace))
+    Ok((Client::new(service, config.default_namespace), spare))
 }
 
 /// Whether a failed call failed because this replica's write gate is closed (it does not lead).

@@ -76,6 +76,51 @@ impl RateLimit {
             Duration::from_secs_f64(-bucket.tokens / self.qps)
         }
     }
+
+    /// How long until a token is spare: one that no request waiting for the limit has
+    /// reserved. Takes nothing; zero when the bucket holds a whole token now.
+    fn until_spare(&self) -> Duration {
+        let now = Instant::now();
+        let bucket = self
+            .bucket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let refilled = now.saturating_duration_since(bucket.at).as_secs_f64() * self.qps;
+        let tokens = (bucket.tokens + refilled).min(self.burst);
+        if tokens >= 1.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64((1.0 - tokens) / self.qps)
+        }
+    }
+}
+
+/// The client's capacity that its other requests leave: writes that may wait (a control
+/// document behind the statuses of budgets created together) wait for it, then go through
+/// the client as usual. Without a limit there is always capacity.
+#[derive(Clone, Default)]
+pub struct SpareCapacity {
+    limit: Option<Arc<RateLimit>>,
+}
+
+impl SpareCapacity {
+    pub fn of(limit: Arc<RateLimit>) -> Self {
+        Self { limit: Some(limit) }
+    }
+
+    /// Returns once no request is waiting for the limit and a token is left for one more.
+    pub async fn wait(&self) {
+        let Some(limit) = &self.limit else {
+            return;
+        };
+        loop {
+            let wait = limit.until_spare();
+            if wait.is_zero() {
+                return;
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
 }
 
 /// Applies [`RateLimited`].
@@ -204,5 +249,27 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(10)).await;
         let free = (0..4).map(|_| limit.reserve()).collect::<Vec<_>>();
         assert_eq!(free, vec![ms(0), ms(0), ms(0), ms(100)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spare_capacity_waits_until_every_reserved_request_has_had_its_turn() {
+        let limit = Arc::new(RateLimit::new(10.0, 2));
+        let spare = SpareCapacity::of(Arc::clone(&limit));
+        let started = Instant::now();
+        // A full bucket is spare.
+        spare.wait().await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        // Two requests empty it and three more wait in line: the last has its turn at 300 ms,
+        // and a whole token is spare 100 ms after that.
+        for _ in 0..5 {
+            limit.reserve();
+        }
+        spare.wait().await;
+        assert_eq!(started.elapsed(), Duration::from_millis(400));
+        // Waiting took nothing: an ordinary request goes at once.
+        assert_eq!(limit.reserve(), Duration::ZERO);
+        // Without a limit nothing waits.
+        SpareCapacity::default().wait().await;
+        assert_eq!(started.elapsed(), Duration::from_millis(400));
     }
 }

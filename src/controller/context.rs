@@ -6,6 +6,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use tracing::warn;
 
+use crate::api_client::SpareCapacity;
 use crate::metrics_source::MetricsSource;
 use crate::telemetry::Metrics;
 
@@ -26,6 +27,8 @@ pub struct Context {
     pub audit: Arc<dyn AuditSink>,
     /// How long transient reconcile failures last before an object's `Synced` condition says so.
     pub report_failures_after: std::time::Duration,
+    /// What `client`'s rate limit leaves to writes that may wait.
+    pub spare: SpareCapacity,
 }
 
 impl Context {
@@ -48,7 +51,13 @@ impl Context {
             worker_policy: WorkerPolicy::default(),
             audit: Arc::new(StdoutAudit),
             report_failures_after: super::synced::DEFAULT_REPORT_AFTER,
+            spare: SpareCapacity::default(),
         }
+    }
+
+    pub fn with_spare(mut self, spare: SpareCapacity) -> Self {
+        self.spare = spare;
+        self
     }
 
     pub fn with_report_failures_after(mut self, after: std::time::Duration) -> Self {

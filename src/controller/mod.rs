@@ -186,7 +186,7 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
         None => WriteGate::always_open(),
     };
     let metrics = Arc::new(Metrics::default());
-    let client = api_client::build(
+    let (client, spare) = api_client::build_with_spare(
         config.clone(),
         &options.client,
         gate.clone(),
@@ -209,7 +209,8 @@ pub async fn run(options: RunOptions) -> Result<(), Error> {
             report_failures_after: options.report_failures_after,
         },
         metrics,
-    );
+    )
+    .with_spare(spare);
     let context = Arc::new(context);
     let health = Health {
         metrics: context.metrics.clone(),

@@ -33,7 +33,9 @@ pub fn open(
 ) {
     let (budgets, writer) = reflector::store();
     let memory = Arc::new(budget::memory::DecisionMemory::default());
+    let document_writes = Arc::new(budget::document_writes::DocumentWrites::default());
     let known = Arc::clone(&memory);
+    let writing = Arc::clone(&document_writes);
     let strip_known = Arc::clone(&memory);
     let (mark_budgets_listed, budgets_listed) = listed();
     let targets = budget::targets::TargetIndex::default();
@@ -57,7 +59,7 @@ pub fn open(
             index.apply(event);
             notices.note(event);
             if let watcher::Event::Delete(deleted) = event {
-                budget::reconcile::forget_deleted_budget(&known, &metrics, deleted);
+                budget::reconcile::forget_deleted_budget(&known, &writing, &metrics, deleted);
             }
             if let watcher::Event::InitDone = event {
                 mark_budgets_listed.mark();
@@ -80,6 +82,7 @@ pub fn open(
             targets,
             policies: policies.clone(),
             memory,
+            document_writes,
         },
         retry_policy::Shared {
             policy_events,

@@ -60,20 +60,26 @@ impl BudgetEffects<'_> {
                 self.ctx.publish_planned(self.budget, event).await;
             }
             BudgetStep::WriteDocument(configmap) => {
-                let configmap_name = configmap.name_any();
-                let api: Api<ConfigMap> = Api::namespaced(self.ctx.client.clone(), namespace);
-                api.patch(
-                    &configmap_name,
-                    &apply_params(),
-                    &Patch::Apply(configmap.as_ref()),
-                )
-                .await
-                .during(|| ApiCall::on::<ConfigMap>(Verb::Apply, namespace, &configmap_name))?;
-                info!(configmap = %configmap_name, namespace, "control document published");
+                apply_document(self.ctx.client.clone(), namespace, configmap).await?;
             }
         }
         Ok(())
     }
+}
+
+/// Applies a control document's ConfigMap.
+pub async fn apply_document(
+    client: kube::Client,
+    namespace: &str,
+    configmap: &ConfigMap,
+) -> Result<(), Error> {
+    let configmap_name = configmap.name_any();
+    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+    api.patch(&configmap_name, &apply_params(), &Patch::Apply(configmap))
+        .await
+        .during(|| ApiCall::on::<ConfigMap>(Verb::Apply, namespace, &configmap_name))?;
+    info!(configmap = %configmap_name, namespace, "control document published");
+    Ok(())
 }
 
 impl Effects<BudgetStep> for BudgetEffects<'_> {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -22,7 +21,6 @@ use super::control_document::{ConfigMapFact, PolicyFact, configmap_name, resolve
 use super::documents::Cached;
 use super::grouping::{GroupingReport, report};
 use super::inputs::{MetricObservations, observe_classes, observe_metrics, prometheus_address};
-use super::memory::Published;
 use super::target::{TargetProblem, Workload, read};
 use super::{BudgetContext, conflict};
 
@@ -67,7 +65,7 @@ pub async fn gather(
     budget: &BacklogBudget,
     namespace: &str,
     poll: Duration,
-    published: Option<&Published>,
+    own_document: Option<Arc<ConfigMap>>,
     ctx: &BudgetContext,
 ) -> Result<(BudgetFacts, TargetApi), Error> {
     let client = &ctx.base.client;
@@ -108,7 +106,7 @@ pub async fn gather(
         scaling,
         observe_classes(budget, address.as_deref(), queries, poll),
         read_policy(budget, namespace, ctx),
-        read_configmap(budget, namespace, published, ctx),
+        read_configmap(budget, namespace, own_document, ctx),
     );
     let observed = Observed {
         workload,
@@ -145,22 +143,18 @@ async fn read_policy(budget: &BacklogBudget, namespace: &str, ctx: &BudgetContex
     Ok(resolve_policy(reference, policy.as_ref(), namespace))
 }
 
-/// How long this process's own write of a control document counts over what the watch shows:
-/// the watch delivers our write a little later (seconds under load), and until then it would
-/// show the ConfigMap absent or as it was, and the document would be written again.
-const OWN_WRITE_GRACE: Duration = Duration::from_secs(30);
-
 /// The control document's ConfigMap: from the namespace's watch once it has listed (or as this
-/// process just wrote it, while the watch has not caught up), otherwise asked for.
+/// process is writing it or just wrote it, while the watch has not caught up), otherwise asked
+/// for.
 async fn read_configmap(
     budget: &BacklogBudget,
     namespace: &str,
-    published: Option<&Published>,
+    own_document: Option<Arc<ConfigMap>>,
     ctx: &BudgetContext,
 ) -> ConfigMapFact {
     let name = configmap_name(&budget.name_any());
     if let Cached::Known(found) = ctx.documents.get(namespace, &name) {
-        let found = own_write_over_lag(found, published, Timestamp::now());
+        let found = own_write_over_lag(found, own_document);
         return ConfigMapFact::of(found.as_deref(), budget.uid().as_deref());
     }
     let api: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), namespace);
@@ -170,33 +164,19 @@ async fn read_configmap(
     }
 }
 
-/// Whether this process's own write of a control document still counts over the watch.
-pub fn still_counts(published: &Published, now: Timestamp) -> bool {
-    now.duration_since(published.at)
-        .unsigned_abs()
-        .lt(&OWN_WRITE_GRACE)
-}
-
-/// What the watch shows of the ConfigMap, or what this process wrote there less than
-/// [`OWN_WRITE_GRACE`] ago when the watch does not show that yet (pure). After the grace the
-/// watch is believed: a document deleted or edited by someone else is written again.
+/// What the watch shows of the ConfigMap, or what this process is writing there or just wrote
+/// ([`super::document_writes`]) when the watch does not show that yet (pure).
 fn own_write_over_lag(
     found: Option<Arc<ConfigMap>>,
-    published: Option<&Published>,
-    now: Timestamp,
+    own_document: Option<Arc<ConfigMap>>,
 ) -> Option<Arc<ConfigMap>> {
-    let Some(published) = published else {
+    let Some(own) = own_document else {
         return found;
     };
-    let recent = still_counts(published, now);
     let shows_it = found
         .as_ref()
-        .is_some_and(|configmap| configmap.data == published.configmap.data);
-    if recent && !shows_it {
-        Some(Arc::clone(&published.configmap))
-    } else {
-        found
-    }
+        .is_some_and(|configmap| configmap.data == own.data);
+    if shows_it { found } else { Some(own) }
 }
 
 #[cfg(test)]
@@ -211,33 +191,27 @@ mod tests {
     }
 
     #[test]
-    fn our_own_write_counts_until_the_watch_shows_it_or_the_grace_is_over() {
-        let written = Timestamp::from_second(1_000).expect("a time");
-        let published = Published {
-            configmap: configmap("rev 2"),
-            at: written,
-        };
-        let at = |seconds: i64| written + k8s_openapi::jiff::SignedDuration::from_secs(seconds);
+    fn our_own_write_counts_until_the_watch_shows_it() {
         // The watch has not delivered the write: absent or the old revision.
         assert_eq!(
-            own_write_over_lag(None, Some(&published), at(2)),
+            own_write_over_lag(None, Some(configmap("rev 2"))),
             Some(configmap("rev 2"))
         );
         assert_eq!(
-            own_write_over_lag(Some(configmap("rev 1")), Some(&published), at(2)),
+            own_write_over_lag(Some(configmap("rev 1")), Some(configmap("rev 2"))),
             Some(configmap("rev 2"))
         );
         // It has.
         assert_eq!(
-            own_write_over_lag(Some(configmap("rev 2")), Some(&published), at(2)),
+            own_write_over_lag(Some(configmap("rev 2")), Some(configmap("rev 2"))),
             Some(configmap("rev 2"))
         );
-        // Past the grace the watch is right: deleted, or edited by someone else.
-        assert_eq!(own_write_over_lag(None, Some(&published), at(31)), None);
+        // No write of ours counts (none, or past its grace): the watch is right, also when the
+        // ConfigMap was deleted or edited by someone else.
+        assert_eq!(own_write_over_lag(None, None), None);
         assert_eq!(
-            own_write_over_lag(Some(configmap("edited")), Some(&published), at(31)),
+            own_write_over_lag(Some(configmap("edited")), None),
             Some(configmap("edited"))
         );
-        assert_eq!(own_write_over_lag(None, None, at(2)), None);
     }
 }

@@ -12,8 +12,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::ConfigMap;
-
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{BacklogBudgetStatus, BudgetPhase};
@@ -33,18 +31,8 @@ pub struct Remembered {
     pub written: Written,
     /// When `written` was written (`None`: unknown).
     pub written_at: Option<Timestamp>,
-    /// The control document's ConfigMap as this process last applied it, while that write
-    /// still counts over the watch (then dropped: it is a copy of the cached one).
-    pub published: Option<Published>,
     /// The phase this process last exported on `/metrics` for the budget.
     pub exported_phase: Option<BudgetPhase>,
-}
-
-/// A control document this process applied, and when.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Published {
-    pub configmap: Arc<ConfigMap>,
-    pub at: Timestamp,
 }
 
 impl Remembered {
@@ -61,7 +49,6 @@ impl Remembered {
             written: Written::of(&status),
             decided: status,
             written_at,
-            published: None,
             exported_phase: None,
         }
     }

@@ -6,6 +6,7 @@ pub mod classes;
 mod conflict;
 pub mod control_document;
 pub mod decide;
+pub mod document_writes;
 pub mod documents;
 pub mod facts;
 mod grouping;
@@ -57,6 +58,8 @@ pub struct BudgetContext {
     pub policies: Store<RetryPolicy>,
     /// The control documents' ConfigMaps, per namespace that holds budgets.
     pub documents: documents::ControlDocuments,
+    /// The control documents this process is writing or wrote lately.
+    pub document_writes: Arc<document_writes::DocumentWrites>,
     kinds: target::Kinds,
     failures: Failures,
     /// Each budget's last decided and last written status.
@@ -100,6 +103,8 @@ pub struct Shared<BudgetEvents> {
     /// The decisions' memory, which the budget watch consults to keep statuses out of its
     /// cache.
     pub memory: Arc<memory::DecisionMemory>,
+    /// The control documents being written, which a budget's deletion cancels.
+    pub document_writes: Arc<document_writes::DocumentWrites>,
 }
 
 pub async fn run<BudgetEvents>(ctx: Arc<Context>, scope: Scope, shared: Shared<BudgetEvents>)
@@ -162,6 +167,7 @@ where
         kinds: target::Kinds::default(),
         failures: Failures::default(),
         memory: shared.memory,
+        document_writes: shared.document_writes,
     });
     let (for_autoscalers, for_deployments, for_statefulsets) = (
         shared.targets.clone(),
@@ -170,7 +176,7 @@ where
     );
     // A renewed grouped answer wakes the budgets whose value changed.
     let woken = wakes::woken(context.base.queries.wakes());
-    Controller::for_stream(budget_changes, shared.budgets)
+    let controller = Controller::for_stream(budget_changes, shared.budgets)
         .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
         .reconcile_on(woken)
         .watches_stream(autoscaler_changes, move |hpa: HorizontalPodAutoscaler| {
@@ -198,7 +204,22 @@ where
             )
         })
         .shutdown_on_signal()
-        .run(reconciler::reconcile, reconciler::error_policy, context)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .run(
+            reconciler::reconcile,
+            reconciler::error_policy,
+            context.clone(),
+        )
+        .for_each(|_| futures::future::ready(()));
+    // Documents are written on the capacity the reconciles leave, for as long as they run.
+    let write_documents =
+        context
+            .document_writes
+            .write_handed(context.base.spare.clone(), |namespace, configmap| {
+                let client = context.base.client.clone();
+                async move { apply::apply_document(client, &namespace, &configmap).await }
+            });
+    tokio::select! {
+        () = controller => {}
+        () = write_documents => {}
+    }
 }

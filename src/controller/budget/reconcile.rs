@@ -17,8 +17,9 @@ use crate::telemetry::{BudgetLabels, Metrics};
 use super::BudgetContext;
 use super::apply::BudgetEffects;
 use super::decide::{BudgetSettings, BudgetStep, decide};
-use super::facts::{BudgetFacts, gather, still_counts};
-use super::memory::{DecisionMemory, Published, Remembered};
+use super::document_writes::DocumentWrites;
+use super::facts::{BudgetFacts, gather};
+use super::memory::{DecisionMemory, Remembered};
 use super::news::{Written, is_news};
 
 /// How soon a budget reconciled before the budgets and HPAs were listed is looked at again.
@@ -43,9 +44,17 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     let remembered = ctx
         .memory
         .recall(&namespace, &name, uid.as_deref(), budget.status.as_ref());
+    // A document that could not be written is not ours any more: it is decided and handed
+    // again below, and the failure fails this reconcile once everything else is done.
+    let document_failure = ctx
+        .document_writes
+        .take_failure(&namespace, &name, uid.as_deref());
+    let own_document =
+        ctx.document_writes
+            .own_write(&namespace, &name, uid.as_deref(), Timestamp::now());
     let settings = BudgetSettings::of(budget);
     let (facts, target_api) = match settings.poll() {
-        Some(poll) => gather(budget, &namespace, poll, remembered.published.as_ref(), ctx).await?,
+        Some(poll) => gather(budget, &namespace, poll, own_document, ctx).await?,
         // An unusable spec needs no facts: the plan only says why.
         None => (BudgetFacts::Unread, None),
     };
@@ -61,18 +70,17 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         namespace: &namespace,
         target: &target_api,
     };
+    // The document goes to the writers, after the status that records its revision.
+    let (documents, steps): (Vec<BudgetStep>, Vec<BudgetStep>) = steps
+        .into_iter()
+        .partition(|step| matches!(step, BudgetStep::WriteDocument(_)));
     execute(&steps, &effects).await.into_result()?;
-    let published = steps
-        .iter()
-        .find_map(|step| match step {
-            BudgetStep::WriteDocument(configmap) => Some(Published {
-                configmap: Arc::new(configmap.as_ref().clone()),
-                at: now,
-            }),
-            _ => None,
-        })
-        .or(remembered.published)
-        .filter(|published| still_counts(published, now));
+    for document in documents {
+        if let BudgetStep::WriteDocument(configmap) = document {
+            ctx.document_writes
+                .submit(&namespace, &name, uid.as_deref(), *configmap);
+        }
+    }
     let decided = Arc::new(plan.status);
     let (written, written_at) = if writes {
         (next_written, Some(now))
@@ -94,7 +102,6 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
             decided,
             written,
             written_at,
-            published,
             exported_phase,
         },
     );
@@ -102,9 +109,12 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     // before the memory above was kept: forget it again, with the series just exported.
     let current = ctx.budgets.get(&ObjectRef::from_obj(budget));
     if current.is_none_or(|current| current.uid() != budget.uid()) {
-        forget_deleted_budget(&ctx.memory, &ctx.base.metrics, budget);
+        forget_deleted_budget(&ctx.memory, &ctx.document_writes, &ctx.base.metrics, budget);
     }
     forget_deleted(ctx);
+    if let Some(failure) = document_failure {
+        return Err(failure);
+    }
     Ok(Action::requeue(jittered(plan.requeue)))
 }
 
@@ -159,6 +169,8 @@ fn forget_deleted(ctx: &BudgetContext) {
                 .is_some()
         });
         for ((namespace, name), remembered) in forgotten {
+            ctx.document_writes
+                .forget(&namespace, &name, remembered.uid.as_deref());
             unexport(&ctx.base.metrics, namespace, name, &remembered);
         }
     }
@@ -167,14 +179,21 @@ fn forget_deleted(ctx: &BudgetContext) {
 /// Forgets a budget the watch saw deleted and removes its series from `/metrics` at once, so
 /// dashboards do not show it until the next sweep. The sweep above still catches deletions
 /// the watch did not see (made while it was relisting).
-pub fn forget_deleted_budget(memory: &DecisionMemory, metrics: &Metrics, budget: &BacklogBudget) {
+pub fn forget_deleted_budget(
+    memory: &DecisionMemory,
+    documents: &DocumentWrites,
+    metrics: &Metrics,
+    budget: &BacklogBudget,
+) {
     let (Some(namespace), Some(name)) = (
         budget.metadata.namespace.as_deref(),
         budget.metadata.name.as_deref(),
     ) else {
         return;
     };
-    if let Some(remembered) = memory.forget(namespace, name, budget.metadata.uid.as_deref()) {
+    let uid = budget.metadata.uid.as_deref();
+    documents.forget(namespace, name, uid);
+    if let Some(remembered) = memory.forget(namespace, name, uid) {
         unexport(metrics, namespace.to_owned(), name.to_owned(), &remembered);
     }
 }
@@ -219,6 +238,7 @@ mod tests {
     #[test]
     fn a_deleted_budget_leaves_memory_and_metrics_at_once_but_not_its_successor() {
         use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase};
+        use crate::controller::budget::document_writes::DocumentWrites;
         use crate::controller::budget::memory::{DecisionMemory, Remembered};
         use crate::telemetry::{BudgetLabels, Metrics};
 
@@ -240,11 +260,11 @@ mod tests {
         deleted.metadata.name = Some("orders".to_owned());
         // The deletion of a predecessor seen late does not touch its successor.
         deleted.metadata.uid = Some("u-1".to_owned());
-        super::forget_deleted_budget(&memory, &metrics, &deleted);
+        super::forget_deleted_budget(&memory, &DocumentWrites::default(), &metrics, &deleted);
         assert!(memory.knows("shop", "orders", Some("u-2")));
         assert!(metrics.encode().contains("name=\"orders\""));
         deleted.metadata.uid = Some("u-2".to_owned());
-        super::forget_deleted_budget(&memory, &metrics, &deleted);
+        super::forget_deleted_budget(&memory, &DocumentWrites::default(), &metrics, &deleted);
         assert_eq!(memory.remembered(), 0);
         let text = metrics.encode();
         assert!(!text.contains("name=\"orders\""), "{text}");
