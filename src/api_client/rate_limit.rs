@@ -5,9 +5,16 @@
 //! priority and fairness throttles whoever shares our priority level). Requests over the limit
 //! wait in order of arrival; the wait is outside the request's deadline and is counted in
 //! `/metrics`.
+//!
+//! Writes that may wait (a control document behind the statuses of budgets created together)
+//! take [`SpareCapacity`]: a token no waiting request has reserved, at a moment when no other
+//! request is in flight. The second condition matters because the API server, not this limit,
+//! is often what paces a crowd of reconciles: their requests keep it busy without a queue
+//! forming here.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -26,6 +33,8 @@ pub struct RateLimit {
     burst: f64,
     bucket: Mutex<Bucket>,
     observer: Option<Arc<dyn ThrottleObserver>>,
+    /// Requests sent and not yet answered (their response headers).
+    in_flight: AtomicUsize,
 }
 
 /// Tokens left (negative: reserved by requests still waiting) as of `at`.
@@ -50,6 +59,7 @@ impl RateLimit {
                 at: Instant::now(),
             }),
             observer: None,
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -77,9 +87,30 @@ impl RateLimit {
         }
     }
 
+    /// Counts a request as in flight until the guard is dropped.
+    fn sending(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(Arc::clone(self))
+    }
+
+    /// How long until there is capacity to spare, when `own` of the requests in flight are
+    /// the caller's own: zero when no other request is in flight and the bucket holds a token
+    /// no waiting request has reserved. Takes nothing.
+    fn until_spare(&self, own: usize) -> Duration {
+        let tokens = self.until_token();
+        if !tokens.is_zero() {
+            return tokens;
+        }
+        if self.in_flight.load(Ordering::Acquire) > own {
+            IN_FLIGHT_RECHECK
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// How long until a token is spare: one that no request waiting for the limit has
-    /// reserved. Takes nothing; zero when the bucket holds a whole token now.
-    fn until_spare(&self) -> Duration {
+    /// reserved; zero when the bucket holds a whole token now.
+    fn until_token(&self) -> Duration {
         let now = Instant::now();
         let bucket = self
             .bucket
@@ -95,9 +126,20 @@ impl RateLimit {
     }
 }
 
-/// The client's capacity that its other requests leave: writes that may wait (a control
-/// document behind the statuses of budgets created together) wait for it, then go through
-/// the client as usual. Without a limit there is always capacity.
+/// How often a request that waits for spare capacity looks again while others are in flight.
+const IN_FLIGHT_RECHECK: Duration = Duration::from_millis(20);
+
+/// One request in flight, until dropped (also when its future is).
+struct InFlight(Arc<RateLimit>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The client's capacity that its other requests leave: writes that may wait wait for it,
+/// then go through the client as usual. Without a limit there is always capacity.
 #[derive(Clone, Default)]
 pub struct SpareCapacity {
     limit: Option<Arc<RateLimit>>,
@@ -108,17 +150,21 @@ impl SpareCapacity {
         Self { limit: Some(limit) }
     }
 
-    /// Returns once no request is waiting for the limit and a token is left for one more.
-    pub async fn wait(&self) {
+    /// Returns once no request but the caller's `own` is in flight and a token is left that
+    /// no waiting request has reserved, or once `patience` has passed: a write waits for the
+    /// others, but not for ever.
+    pub async fn wait(&self, own: &AtomicUsize, patience: Duration) {
         let Some(limit) = &self.limit else {
             return;
         };
+        let give_up = Instant::now() + patience;
         loop {
-            let wait = limit.until_spare();
-            if wait.is_zero() {
+            let wait = limit.until_spare(own.load(Ordering::Acquire));
+            let now = Instant::now();
+            if wait.is_zero() || now >= give_up {
                 return;
             }
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep(wait.min(give_up - now)).await;
         }
     }
 }
@@ -173,6 +219,7 @@ where
         let fresh = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, fresh);
         let observer = self.limit.observer.clone();
+        let limit = Arc::clone(&self.limit);
         Box::pin(async move {
             if !wait.is_zero() {
                 if let Some(observer) = observer {
@@ -180,6 +227,7 @@ where
                 }
                 tokio::time::sleep(wait).await;
             }
+            let _in_flight = limit.sending();
             ready.call(request).await.map_err(Into::into)
         })
     }
@@ -252,24 +300,51 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn spare_capacity_waits_until_every_reserved_request_has_had_its_turn() {
+    async fn spare_capacity_waits_for_every_reserved_turn_and_every_other_request_in_flight() {
         let limit = Arc::new(RateLimit::new(10.0, 2));
         let spare = SpareCapacity::of(Arc::clone(&limit));
+        let (none, patience) = (AtomicUsize::new(0), Duration::from_secs(60));
         let started = Instant::now();
         // A full bucket is spare.
-        spare.wait().await;
+        spare.wait(&none, patience).await;
         assert_eq!(started.elapsed(), Duration::ZERO);
         // Two requests empty it and three more wait in line: the last has its turn at 300 ms,
         // and a whole token is spare 100 ms after that.
         for _ in 0..5 {
             limit.reserve();
         }
-        spare.wait().await;
+        spare.wait(&none, patience).await;
         assert_eq!(started.elapsed(), Duration::from_millis(400));
         // Waiting took nothing: an ordinary request goes at once.
         assert_eq!(limit.reserve(), Duration::ZERO);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // A request in flight that is not the caller's own holds it back until answered.
+        let in_flight = limit.sending();
+        let answered = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            drop(in_flight);
+        });
+        let before = Instant::now();
+        spare.wait(&AtomicUsize::new(0), patience).await;
+        assert!(
+            before.elapsed() >= Duration::from_millis(500),
+            "{:?}",
+            before.elapsed()
+        );
+        answered.await.expect("answered");
+        // Its own requests do not hold the caller back.
+        let own = limit.sending();
+        let before = Instant::now();
+        spare.wait(&AtomicUsize::new(1), patience).await;
+        assert_eq!(before.elapsed(), Duration::ZERO);
+        // Nor does any request for longer than the caller's patience.
+        let before = Instant::now();
+        spare.wait(&none, Duration::from_secs(2)).await;
+        assert_eq!(before.elapsed(), Duration::from_secs(2));
+        drop(own);
         // Without a limit nothing waits.
-        SpareCapacity::default().wait().await;
-        assert_eq!(started.elapsed(), Duration::from_millis(400));
+        let before = Instant::now();
+        SpareCapacity::default().wait(&none, patience).await;
+        assert_eq!(before.elapsed(), Duration::ZERO);
     }
 }

@@ -11,12 +11,16 @@
 //! failed write is told to the budget's next reconcile, which reports it and writes the
 //! document again.
 //!
+//! A document waits for the other requests at most [`PATIENCE`]: past it, it goes with them.
+//! So a class paused while the operator is busy still reaches the consumers within a minute.
+//!
 //! A budget's documents are written one at a time and the last one wanted wins: a document
 //! decided while an earlier one waits replaces it; one decided while an earlier one is being
 //! written goes after it.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -24,6 +28,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::api_client::SpareCapacity;
 use crate::controller::error::Error;
@@ -37,6 +42,9 @@ pub const OWN_WRITE_GRACE: Duration = Duration::from_secs(30);
 /// trip each, few enough that those that go together barely delay the next status.
 const WRITES_AT_ONCE: usize = 8;
 
+/// How long a handed document waits for the other requests at most.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
 type BudgetKey = (String, String);
 
 /// The documents of every budget this process wrote lately or is writing.
@@ -44,6 +52,9 @@ pub struct DocumentWrites {
     records: Mutex<Records>,
     queue: mpsc::UnboundedSender<BudgetKey>,
     queued: Mutex<Option<mpsc::UnboundedReceiver<BudgetKey>>>,
+    /// Documents being written now: the spare capacity they wait for is what the other
+    /// requests leave.
+    writing: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -56,6 +67,8 @@ struct Records {
 struct Record {
     uid: Option<String>,
     wanted: Arc<ConfigMap>,
+    /// When the document that waits was first handed over.
+    handed_at: Instant,
     state: State,
     /// A newer document was wanted while `wanted`'s predecessor was being written.
     again: bool,
@@ -75,6 +88,7 @@ impl Default for DocumentWrites {
             records: Mutex::default(),
             queue,
             queued: Mutex::new(Some(queued)),
+            writing: AtomicUsize::new(0),
         }
     }
 }
@@ -98,6 +112,7 @@ impl DocumentWrites {
                     Record {
                         uid,
                         wanted,
+                        handed_at: Instant::now(),
                         state: State::Queued,
                         again: false,
                     },
@@ -110,7 +125,7 @@ impl DocumentWrites {
     }
 
     /// The document this process is writing for the budget, or wrote less than
-    /// [`OWN_WRITE_GRACE`] ago.
+    /// [`OWN_WRITE_GRACE`] ago. A write past its grace is forgotten here: the watch holds it.
     pub fn own_write(
         &self,
         namespace: &str,
@@ -118,15 +133,18 @@ impl DocumentWrites {
         uid: Option<&str>,
         now: Timestamp,
     ) -> Option<Arc<ConfigMap>> {
-        let records = self.lock();
-        let record = records
-            .by_budget
-            .get(&(namespace.to_owned(), name.to_owned()))?;
+        let mut records = self.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let record = records.by_budget.get(&key)?;
         let counts = match &record.state {
             State::Queued | State::Writing => true,
             State::Written(at) => within_grace(*at, now),
             State::Failed(_) => false,
         };
+        if !counts && matches!(record.state, State::Written(_)) {
+            records.by_budget.remove(&key);
+            return None;
+        }
         (counts && record.uid.as_deref() == uid).then(|| Arc::clone(&record.wanted))
     }
 
@@ -185,7 +203,12 @@ impl DocumentWrites {
         W: Fn(String, Arc<ConfigMap>) -> F,
         F: Future<Output = Result<(), Error>>,
     {
-        spare.wait().await;
+        let handed_at = match self.lock().by_budget.get(&key) {
+            Some(record) => record.handed_at,
+            None => return,
+        };
+        let patience = PATIENCE.saturating_sub(handed_at.elapsed());
+        spare.wait(&self.writing, patience).await;
         let configmap = {
             let mut records = self.lock();
             let Some(record) = records.by_budget.get_mut(&key) else {
@@ -197,7 +220,9 @@ impl DocumentWrites {
             record.state = State::Writing;
             Arc::clone(&record.wanted)
         };
+        self.writing.fetch_add(1, Ordering::AcqRel);
         let result = write(key.0.clone(), configmap).await;
+        self.writing.fetch_sub(1, Ordering::AcqRel);
         let mut records = self.lock();
         // Forgotten meanwhile: the budget is gone.
         let Some(record) = records.by_budget.get_mut(&key) else {
@@ -205,6 +230,7 @@ impl DocumentWrites {
         };
         if std::mem::take(&mut record.again) {
             record.state = State::Queued;
+            record.handed_at = Instant::now();
             let _ = self.queue.send(key);
             return;
         }

@@ -111,9 +111,18 @@ impl DecisionMemory {
         budgets.remove(&key)
     }
 
-    pub fn keep(&self, namespace: &str, name: &str, remembered: Remembered) {
-        self.lock()
-            .insert((namespace.to_owned(), name.to_owned()), remembered);
+    /// Replaces what is remembered of the budget `remembered` is about. A budget enters the
+    /// memory only by [`DecisionMemory::recall`]: when it is no longer there (deleted while its
+    /// reconcile ran) or a successor under its name is, nothing is kept, and false says so.
+    pub fn keep(&self, namespace: &str, name: &str, remembered: Remembered) -> bool {
+        let mut budgets = self.lock();
+        match budgets.get_mut(&(namespace.to_owned(), name.to_owned())) {
+            Some(known) if known.uid == remembered.uid => {
+                *known = remembered;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Forgets every budget `exists` denies, and says which with what they were; called now
@@ -158,14 +167,14 @@ mod tests {
         assert_eq!(first.decided.phase, Some(BudgetPhase::AtRisk));
         // Known at once, before the reconcile that recalled it keeps anything.
         assert!(memory.knows("shop", "orders", Some("u-1")));
-        memory.keep(
+        assert!(memory.keep(
             "shop",
             "orders",
             Remembered {
                 exported_phase: Some(BudgetPhase::AtRisk),
                 ..first.clone()
             },
-        );
+        ));
         let again = memory.recall("shop", "orders", Some("u-1"), None);
         assert_eq!(again.exported_phase, Some(BudgetPhase::AtRisk));
         assert_eq!(again.decided, first.decided);
@@ -173,5 +182,18 @@ mod tests {
         assert_eq!(successor.uid.as_deref(), Some("u-2"));
         assert_eq!(successor.decided.phase, None);
         assert_eq!(successor.exported_phase, Some(BudgetPhase::AtRisk));
+        // A reconcile of the predecessor that ends now keeps nothing over its successor.
+        assert!(!memory.keep("shop", "orders", first.clone()));
+        assert_eq!(
+            memory
+                .recall("shop", "orders", Some("u-2"), None)
+                .uid
+                .as_deref(),
+            Some("u-2")
+        );
+        // Nor over a budget deleted while it ran.
+        memory.forget("shop", "orders", Some("u-2"));
+        assert!(!memory.keep("shop", "orders", first));
+        assert_eq!(memory.remembered(), 0);
     }
 }

@@ -94,22 +94,23 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         }
         None => remembered.exported_phase,
     };
-    ctx.memory.keep(
-        &namespace,
-        &name,
-        Remembered {
-            uid,
-            decided,
-            written,
-            written_at,
-            exported_phase,
-        },
-    );
-    // The watch may have seen the budget deleted while this reconcile ran and forgotten it
-    // before the memory above was kept: forget it again, with the series just exported.
-    let current = ctx.budgets.get(&ObjectRef::from_obj(budget));
-    if current.is_none_or(|current| current.uid() != budget.uid()) {
-        forget_deleted_budget(&ctx.memory, &ctx.document_writes, &ctx.base.metrics, budget);
+    let remembered_now = Remembered {
+        uid,
+        decided,
+        written,
+        written_at,
+        exported_phase,
+    };
+    if !ctx.memory.keep(&namespace, &name, remembered_now) {
+        // Deleted while this reconcile ran: the watch forgot it before. Its series, just
+        // exported, go again, unless a successor under its name has taken them over.
+        let successor = ctx.budgets.get(&ObjectRef::from_obj(budget)).is_some();
+        ctx.document_writes
+            .forget(&namespace, &name, budget.uid().as_deref());
+        if !successor {
+            unexport(&ctx.base.metrics, namespace, name, exported_phase);
+        }
+        return Ok(Action::await_change());
     }
     forget_deleted(ctx);
     if let Some(failure) = document_failure {
@@ -171,7 +172,12 @@ fn forget_deleted(ctx: &BudgetContext) {
         for ((namespace, name), remembered) in forgotten {
             ctx.document_writes
                 .forget(&namespace, &name, remembered.uid.as_deref());
-            unexport(&ctx.base.metrics, namespace, name, &remembered);
+            unexport(
+                &ctx.base.metrics,
+                namespace,
+                name,
+                remembered.exported_phase,
+            );
         }
     }
 }
@@ -194,14 +200,24 @@ pub fn forget_deleted_budget(
     let uid = budget.metadata.uid.as_deref();
     documents.forget(namespace, name, uid);
     if let Some(remembered) = memory.forget(namespace, name, uid) {
-        unexport(metrics, namespace.to_owned(), name.to_owned(), &remembered);
+        unexport(
+            metrics,
+            namespace.to_owned(),
+            name.to_owned(),
+            remembered.exported_phase,
+        );
     }
 }
 
-fn unexport(metrics: &Metrics, namespace: String, name: String, remembered: &Remembered) {
+fn unexport(
+    metrics: &Metrics,
+    namespace: String,
+    name: String,
+    exported_phase: Option<BudgetPhase>,
+) {
     metrics.budget_deleted(
         &BudgetLabels { namespace, name },
-        remembered.exported_phase.map(phase_label).as_deref(),
+        exported_phase.map(phase_label).as_deref(),
     );
 }
 
@@ -252,7 +268,8 @@ mod tests {
             exported_phase: Some(BudgetPhase::AtRisk),
             ..Remembered::from_cache(Some(uid.to_owned()), None::<&BacklogBudgetStatus>)
         };
-        memory.keep("shop", "orders", remembered("u-2"));
+        memory.recall("shop", "orders", Some("u-2"), None);
+        assert!(memory.keep("shop", "orders", remembered("u-2")));
         let mut deleted: BacklogBudget =
             serde_yaml::from_str(include_str!("../../../examples/backlog-budget.yaml"))
                 .expect("the example BacklogBudget");

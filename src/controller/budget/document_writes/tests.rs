@@ -128,6 +128,8 @@ async fn a_handed_document_waits_for_spare_capacity_and_counts_as_our_own_until_
     let later = written + OWN_WRITE_GRACE + Duration::from_secs(1);
     assert_eq!(writes.own_write("shop", "orders", Some("u-1"), later), None);
     assert!(writes.take_failure("shop", "orders", Some("u-1")).is_none());
+    // And then forgotten: the watch holds it.
+    assert!(writes.lock().by_budget.is_empty());
     writer.abort();
 }
 
