@@ -82,10 +82,12 @@ fn main() {
     runtime.block_on(wait_for_series(&prometheus, n));
 
     let created = runtime.block_on(create_objects(&client, n, poll, group_by));
+    let api_at_start = runtime.block_on(apiserver_requests(&client));
     let operator = Operator(start_operator(&cluster, &prometheus));
     let pid = operator.0.id();
     let to_status = runtime.block_on(wait_all_have_status(&client, n, created));
     eprintln!("statuses: {to_status}");
+    let api_at_statuses = runtime.block_on(apiserver_requests(&client));
     let to_document = runtime.block_on(wait_all_have_documents(&client, n, created));
     eprintln!("control documents: {to_document}");
 
@@ -139,21 +141,33 @@ fn main() {
     println!();
     println!("API requests in the window (apiserver_request_total), by verb and resource:");
     println!();
+    print_requests(&api_before, &api_after);
+    println!();
+    println!("API requests from the operator's start until every budget had a status:");
+    println!();
+    print_requests(&api_at_start, &api_at_statuses);
+
+    drop(operator);
+    drop(exporter);
+    drop(cluster);
+}
+
+/// The requests counted between two readings of `apiserver_request_total`, as a table.
+fn print_requests(
+    before: &BTreeMap<(String, String), f64>,
+    after: &BTreeMap<(String, String), f64>,
+) {
     println!("| verb | resource | requests |");
     println!("|---|---|---:|");
     let mut total = 0.0;
-    for (key, after) in &api_after {
-        let delta = after - api_before.get(key).copied().unwrap_or(0.0);
+    for (key, count) in after {
+        let delta = count - before.get(key).copied().unwrap_or(0.0);
         if delta >= 1.0 {
             println!("| {} | {} | {delta:.0} |", key.0, key.1);
             total += delta;
         }
     }
     println!("| all | | {total:.0} |");
-
-    drop(operator);
-    drop(exporter);
-    drop(cluster);
 }
 
 async fn admin_client(cluster: &LocalCluster) -> Client {

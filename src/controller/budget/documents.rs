@@ -18,6 +18,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::control_document::MANAGED_BY_LABEL;
@@ -49,25 +51,43 @@ impl ControlDocuments {
     }
 
     /// The ConfigMap `name` in `namespace`, as the namespace's watch has it; starts that
-    /// watch on the first question about the namespace.
-    pub fn get(&self, namespace: &str, name: &str) -> Cached {
-        // A poisoned lock only means a panic elsewhere; the map is still usable.
-        let mut namespaces = self
-            .namespaces
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let watch = namespaces
-            .entry(namespace.to_owned())
-            .or_insert_with(|| NamespaceWatch::start(&self.client, namespace));
-        watch.cache.get(name)
+    /// watch on the first question about the namespace, and waits for its first list at most
+    /// [`LIST_PATIENCE`] from that question.
+    pub async fn get(&self, namespace: &str, name: &str) -> Cached {
+        let (cache, give_up_at) = {
+            // A poisoned lock only means a panic elsewhere; the map is still usable.
+            let mut namespaces = self
+                .namespaces
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let watch = namespaces
+                .entry(namespace.to_owned())
+                .or_insert_with(|| NamespaceWatch::start(&self.client, namespace));
+            (Arc::clone(&watch.cache), watch.started + LIST_PATIENCE)
+        };
+        let listed = cache.listed_once.notified();
+        tokio::pin!(listed);
+        listed.as_mut().enable();
+        if !cache.has_listed_once.load(Ordering::Acquire) {
+            let _ = tokio::time::timeout_at(give_up_at, listed).await;
+        }
+        cache.get(name)
     }
 }
+
+/// How long the questions about a namespace wait for its watch's first list: a start with
+/// thousands of budgets would otherwise read each document with a GET while the list is
+/// under way. A namespace that does not grant the watch costs this once.
+const LIST_PATIENCE: Duration = Duration::from_secs(10);
 
 /// The ConfigMaps one watch has seen, by name, and whether they are complete.
 #[derive(Default)]
 struct Cache {
     objects: RwLock<HashMap<String, Arc<ConfigMap>>>,
     listed: AtomicBool,
+    /// Whether the watch has listed at least once, told to those who wait for it.
+    has_listed_once: AtomicBool,
+    listed_once: Notify,
 }
 
 impl Cache {
@@ -88,6 +108,8 @@ impl Cache {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = listed;
         self.listed.store(true, Ordering::Release);
+        self.has_listed_once.store(true, Ordering::Release);
+        self.listed_once.notify_waiters();
     }
 
     fn put(&self, configmap: ConfigMap) {
@@ -112,6 +134,7 @@ impl Cache {
 /// A running watch; stopped when dropped.
 struct NamespaceWatch {
     cache: Arc<Cache>,
+    started: Instant,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -130,7 +153,11 @@ impl NamespaceWatch {
         let cache = Arc::new(Cache::default());
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
         let task = tokio::spawn(follow(api, namespace.to_owned(), cache.clone()));
-        NamespaceWatch { cache, task }
+        NamespaceWatch {
+            cache,
+            started: Instant::now(),
+            task,
+        }
     }
 }
 

@@ -74,6 +74,7 @@ pub async fn gather(
         Ok(api) => api,
         Err(problem) => return Ok((BudgetFacts::TargetUnusable(problem), None)),
     };
+    ctx.workloads.wait_listed(target).await;
     let workload = match ctx.workloads.workload(namespace, target) {
         Some(workload) => workload,
         None => match read(&api, namespace, target).await? {
@@ -153,7 +154,7 @@ async fn read_configmap(
     ctx: &BudgetContext,
 ) -> ConfigMapFact {
     let name = configmap_name(&budget.name_any());
-    if let Cached::Known(found) = ctx.documents.get(namespace, &name) {
+    if let Cached::Known(found) = ctx.documents.get(namespace, &name).await {
         let found = own_write_over_lag(found, own_document);
         return ConfigMapFact::of(found.as_deref(), budget.uid().as_deref());
     }

@@ -158,10 +158,7 @@ where
         autoscalers_listed,
         budgets: shared.budgets.clone(),
         targets: shared.targets.clone(),
-        workloads: target::WorkloadCaches {
-            deployments,
-            statefulsets,
-        },
+        workloads: target::WorkloadCaches::new(deployments, statefulsets),
         policies: shared.policies,
         documents: documents::ControlDocuments::new(client.clone()),
         kinds: target::Kinds::default(),

@@ -1,13 +1,15 @@
 //! The workload a budget scales: any kind with a `/scale` subresource, found by discovery.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::api::{DynamicObject, Patch};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
+use tokio::time::Instant;
 
 use crate::api::backlog_budget::ScaleTargetRef;
 use crate::controller::apply::apply_params;
@@ -28,9 +30,44 @@ pub struct Workload {
 pub struct WorkloadCaches {
     pub deployments: Store<Deployment>,
     pub statefulsets: Store<StatefulSet>,
+    /// Until when a reconcile waits for a cache that has not listed, from the first wait.
+    give_up_at: Arc<OnceLock<Instant>>,
 }
 
+/// How long reconciles wait, after the first one did, for the workload caches to list.
+/// A start with thousands of budgets would otherwise read each target with a GET while its
+/// kind is being listed, before the budgets' first statuses; a cache that never lists (the
+/// operator may not list the kind) costs this once, then every poll GETs as before.
+const LIST_PATIENCE: Duration = Duration::from_secs(30);
+
 impl WorkloadCaches {
+    pub fn new(deployments: Store<Deployment>, statefulsets: Store<StatefulSet>) -> Self {
+        Self {
+            deployments,
+            statefulsets,
+            give_up_at: Arc::default(),
+        }
+    }
+
+    /// Returns once the cache of the target's kind has listed, or at the latest
+    /// [`LIST_PATIENCE`] after the first reconcile waited; at once for other kinds.
+    pub async fn wait_listed(&self, target: &ScaleTargetRef) {
+        if target.api_version != "apps/v1" {
+            return;
+        }
+        let give_up_at = *self
+            .give_up_at
+            .get_or_init(|| Instant::now() + LIST_PATIENCE);
+        let listed = async {
+            match target.kind.as_str() {
+                "Deployment" => self.deployments.wait_until_ready().await.is_ok(),
+                "StatefulSet" => self.statefulsets.wait_until_ready().await.is_ok(),
+                _ => true,
+            }
+        };
+        let _ = tokio::time::timeout_at(give_up_at, listed).await;
+    }
+
     /// The target's replicas as the watch cache has them, if it holds the target.
     pub fn workload(&self, namespace: &str, target: &ScaleTargetRef) -> Option<Workload> {
         if target.api_version != "apps/v1" {
@@ -260,6 +297,30 @@ mod tests {
             kind: "Deployment".into(),
             name: "c".into(),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reconciles_wait_for_the_workload_list_but_not_for_ever() {
+        use kube::runtime::{reflector, watcher};
+        let (deployments, mut writer) = reflector::store::<Deployment>();
+        let (statefulsets, _statefulsets) = reflector::store::<StatefulSet>();
+        let caches = WorkloadCaches::new(deployments, statefulsets);
+        let started = Instant::now();
+        // Other kinds are never cached: nothing to wait for.
+        caches.wait_listed(&target("batch/v1")).await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        // A list that never comes is waited for once, from the first wait.
+        caches.wait_listed(&target("apps/v1")).await;
+        assert_eq!(started.elapsed(), LIST_PATIENCE);
+        caches.wait_listed(&target("apps/v1")).await;
+        assert_eq!(started.elapsed(), LIST_PATIENCE);
+        // A listed cache is not waited for at all.
+        let deployments = caches.deployments.clone();
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let listed = WorkloadCaches::new(deployments, caches.statefulsets.clone());
+        let before = Instant::now();
+        listed.wait_listed(&target("apps/v1")).await;
+        assert_eq!(before.elapsed(), Duration::ZERO);
     }
 
     #[test]
