@@ -144,9 +144,9 @@ async fn read_policy(budget: &BacklogBudget, namespace: &str, ctx: &BudgetContex
     Ok(resolve_policy(reference, policy.as_ref(), namespace))
 }
 
-/// The control document's ConfigMap: from the namespace's watch once it has listed (or as this
-/// process is writing it or just wrote it, while the watch has not caught up), otherwise asked
-/// for.
+/// The control document's ConfigMap: from the namespace's watch once it has listed, otherwise
+/// asked for; either way as this process is writing it or just wrote it, while the answer does
+/// not show that yet.
 async fn read_configmap(
     budget: &BacklogBudget,
     namespace: &str,
@@ -160,7 +160,11 @@ async fn read_configmap(
     }
     let api: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), namespace);
     match api.get_opt(&name).await {
-        Ok(found) => ConfigMapFact::of(found.as_ref(), budget.uid().as_deref()),
+        // A document still waiting to be written is what the ConfigMap is about to hold.
+        Ok(found) => {
+            let found = own_write_over_lag(found.map(Arc::new), own_document);
+            ConfigMapFact::of(found.as_deref(), budget.uid().as_deref())
+        }
         Err(error) => ConfigMapFact::Unreadable(error),
     }
 }
