@@ -112,6 +112,12 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         }
         return Ok(Action::await_change());
     }
+    // Deleted before this reconcile recalled it: the watch forgot it first, and the recall
+    // made it known again.
+    let current = ctx.budgets.get(&ObjectRef::from_obj(budget));
+    if current.is_none_or(|current| current.uid() != budget.uid()) {
+        forget_deleted_budget(&ctx.memory, &ctx.document_writes, &ctx.base.metrics, budget);
+    }
     forget_deleted(ctx);
     if let Some(failure) = document_failure {
         return Err(failure);
