@@ -224,8 +224,13 @@ impl DocumentWrites {
         let result = write(key.0.clone(), configmap).await;
         self.writing.fetch_sub(1, Ordering::AcqRel);
         let mut records = self.lock();
-        // Forgotten meanwhile: the budget is gone.
-        let Some(record) = records.by_budget.get_mut(&key) else {
+        // Forgotten meanwhile (the budget is gone), or forgotten and handed again by a
+        // successor under its name, whose document waits in the queue.
+        let Some(record) = records
+            .by_budget
+            .get_mut(&key)
+            .filter(|record| matches!(record.state, State::Writing))
+        else {
             return;
         };
         if std::mem::take(&mut record.again) {

@@ -206,3 +206,23 @@ async fn a_deleted_budgets_waiting_document_is_not_written_but_a_successors_is()
     assert_eq!(revisions, vec!["rev 1"]);
     writer.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_successors_document_handed_while_its_predecessors_is_written_is_written_too() {
+    let writes = Arc::new(DocumentWrites::default());
+    let recording = Recording::new(0, &[]);
+    let writer = {
+        let (writes, write) = (Arc::clone(&writes), recording.write());
+        tokio::spawn(async move { writes.write_handed(SpareCapacity::default(), write).await })
+    };
+    writes.submit("shop", "orders", Some("u-1"), document("old"));
+    settle().await;
+    // The predecessor's write is under way when it is deleted and its successor hands its own.
+    writes.forget("shop", "orders", Some("u-1"));
+    writes.submit("shop", "orders", Some("u-2"), document("new"));
+    recording.gate.add_permits(2);
+    settle().await;
+    let revisions: Vec<String> = recording.written().into_iter().map(|(_, r)| r).collect();
+    assert_eq!(revisions, vec!["old", "new"]);
+    writer.abort();
+}
