@@ -74,6 +74,16 @@ impl Recording {
     }
 }
 
+/// Runs the writers of `writes` with `recording`'s writer until the handle is aborted.
+fn spawn_writers(
+    writes: &Arc<DocumentWrites>,
+    recording: &Recording,
+    spare: SpareCapacity,
+) -> tokio::task::JoinHandle<()> {
+    let (writes, write) = (Arc::clone(writes), recording.write());
+    tokio::spawn(async move { writes.write_handed(spare, write).await })
+}
+
 /// Lets the spawned writers run until nothing more can happen without time passing.
 async fn settle() {
     for _ in 0..50 {
@@ -86,14 +96,7 @@ async fn a_handed_document_waits_for_spare_capacity_and_counts_as_our_own_until_
     let writes = Arc::new(DocumentWrites::default());
     let limit = Arc::new(RateLimit::new(10.0, 1));
     let recording = Recording::new(usize::MAX >> 4, &[]);
-    let writer = {
-        let (writes, spare, write) = (
-            Arc::clone(&writes),
-            SpareCapacity::of(Arc::clone(&limit)),
-            recording.write(),
-        );
-        tokio::spawn(async move { writes.write_handed(spare, write).await })
-    };
+    let writer = spawn_writers(&writes, &recording, SpareCapacity::of(Arc::clone(&limit)));
     // Ordinary requests hold the limit for the next 300 ms.
     for _ in 0..3 {
         limit.reserve();
@@ -137,10 +140,7 @@ async fn a_handed_document_waits_for_spare_capacity_and_counts_as_our_own_until_
 async fn the_last_document_wanted_wins_and_one_budget_is_written_in_order() {
     let writes = Arc::new(DocumentWrites::default());
     let recording = Recording::new(0, &[]);
-    let writer = {
-        let (writes, write) = (Arc::clone(&writes), recording.write());
-        tokio::spawn(async move { writes.write_handed(SpareCapacity::default(), write).await })
-    };
+    let writer = spawn_writers(&writes, &recording, SpareCapacity::default());
     // Replaced while waiting: only the later one is written.
     writes.submit("shop", "orders", Some("u-1"), document("rev 1"));
     writes.submit("shop", "orders", Some("u-1"), document("rev 2"));
@@ -168,10 +168,7 @@ async fn the_last_document_wanted_wins_and_one_budget_is_written_in_order() {
 async fn a_failed_write_is_told_once_and_no_longer_counts_as_written() {
     let writes = Arc::new(DocumentWrites::default());
     let recording = Recording::new(usize::MAX >> 4, &["rev 1"]);
-    let writer = {
-        let (writes, write) = (Arc::clone(&writes), recording.write());
-        tokio::spawn(async move { writes.write_handed(SpareCapacity::default(), write).await })
-    };
+    let writer = spawn_writers(&writes, &recording, SpareCapacity::default());
     writes.submit("shop", "orders", Some("u-1"), document("rev 1"));
     settle().await;
     assert_eq!(recording.written().len(), 1);
@@ -197,10 +194,7 @@ async fn a_deleted_budgets_waiting_document_is_not_written_but_a_successors_is()
     // The deletion of a predecessor seen late does not touch its successor.
     writes.forget("shop", "orders", Some("u-0"));
     writes.forget("shop", "old", Some("u-9"));
-    let writer = {
-        let (writes, write) = (Arc::clone(&writes), recording.write());
-        tokio::spawn(async move { writes.write_handed(SpareCapacity::default(), write).await })
-    };
+    let writer = spawn_writers(&writes, &recording, SpareCapacity::default());
     settle().await;
     let revisions: Vec<String> = recording.written().into_iter().map(|(_, r)| r).collect();
     assert_eq!(revisions, vec!["rev 1"]);
@@ -211,10 +205,7 @@ async fn a_deleted_budgets_waiting_document_is_not_written_but_a_successors_is()
 async fn a_successors_document_handed_while_its_predecessors_is_written_is_written_too() {
     let writes = Arc::new(DocumentWrites::default());
     let recording = Recording::new(0, &[]);
-    let writer = {
-        let (writes, write) = (Arc::clone(&writes), recording.write());
-        tokio::spawn(async move { writes.write_handed(SpareCapacity::default(), write).await })
-    };
+    let writer = spawn_writers(&writes, &recording, SpareCapacity::default());
     writes.submit("shop", "orders", Some("u-1"), document("old"));
     settle().await;
     // The predecessor's write is under way when it is deleted and its successor hands its own.
