@@ -14,6 +14,7 @@ use crate::controller::error::{ApiCall, During, Error, Verb};
 use crate::controller::plan::Effects;
 
 use super::decide::BudgetStep;
+use super::document_writes::DocumentWrites;
 use super::facts::TargetApi;
 use super::target;
 
@@ -24,6 +25,8 @@ pub struct BudgetEffects<'a> {
     pub namespace: &'a str,
     /// The target's API; a plan scales only a target it could read.
     pub target: &'a TargetApi,
+    /// Where the document goes: written on the capacity the other requests leave.
+    pub documents: &'a DocumentWrites,
 }
 
 impl BudgetEffects<'_> {
@@ -59,8 +62,12 @@ impl BudgetEffects<'_> {
                 info!(budget = %name, namespace, reason = %event.reason, note = %event.note, "event");
                 self.ctx.publish_planned(self.budget, event).await;
             }
+            // Handed over after the status that records its revision; a failed write fails
+            // the budget's next reconcile.
             BudgetStep::WriteDocument(configmap) => {
-                apply_document(self.ctx.client.clone(), namespace, configmap).await?;
+                let uid = self.budget.metadata.uid.as_deref();
+                self.documents
+                    .submit(namespace, &name, uid, configmap.as_ref().clone());
             }
         }
         Ok(())

@@ -63,7 +63,7 @@ pub enum BudgetStep {
     /// Apply the status.
     WriteStatus(Box<BacklogBudgetStatus>),
     Publish(PlannedEvent),
-    /// Apply the control document's ConfigMap.
+    /// Apply the control document's ConfigMap, on the capacity the other requests leave.
     WriteDocument(Box<ConfigMap>),
 }
 

@@ -69,18 +69,9 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         budget,
         namespace: &namespace,
         target: &target_api,
+        documents: &ctx.document_writes,
     };
-    // The document goes to the writers, after the status that records its revision.
-    let (documents, steps): (Vec<BudgetStep>, Vec<BudgetStep>) = steps
-        .into_iter()
-        .partition(|step| matches!(step, BudgetStep::WriteDocument(_)));
     execute(&steps, &effects).await.into_result()?;
-    for document in documents {
-        if let BudgetStep::WriteDocument(configmap) = document {
-            ctx.document_writes
-                .submit(&namespace, &name, uid.as_deref(), *configmap);
-        }
-    }
     let decided = Arc::new(plan.status);
     let (written, written_at) = if writes {
         (next_written, Some(now))
