@@ -6,6 +6,7 @@ use clap::Parser;
 
 /// Per-thread free lists: under glibc's allocator a quarter of the operator's steady CPU at
 /// 10,000 budgets went to malloc and free (consolidating and unlinking chunks).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
