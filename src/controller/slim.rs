@@ -1,11 +1,10 @@
 //! What the watch caches keep of each object: only what a decision reads. A cache holds every
 //! object of its kind in scope, so at thousands of budgets the bookkeeping the API server
-//! attaches (managedFields, the last-applied annotation) and a Deployment's pod template are
-//! most of the operator's memory. Applied to each watch event before its cache sees it.
+//! attaches (managedFields, the last-applied annotation) would be most of the operator's memory.
+//! Applied to each watch event before its cache sees it. (Workloads are cached as their replica
+//! counts alone: [`super::budget::replica_counts`].)
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::Resource;
 
 use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus};
@@ -53,30 +52,6 @@ pub fn budget(budget: &mut BacklogBudget, remembered: impl Fn(&str, &str, Option
     });
 }
 
-/// A target as the budget reads it: its name, spec.replicas, status.observedGeneration and
-/// status.readyReplicas.
-pub fn deployment(deployment: &mut Deployment) {
-    bookkeeping(deployment);
-    if let Some(spec) = deployment.spec.as_mut() {
-        spec.template = PodTemplateSpec::default();
-    }
-    if let Some(status) = deployment.status.as_mut() {
-        status.conditions = None;
-    }
-}
-
-/// Like [`deployment`].
-pub fn statefulset(statefulset: &mut StatefulSet) {
-    bookkeeping(statefulset);
-    if let Some(spec) = statefulset.spec.as_mut() {
-        spec.template = PodTemplateSpec::default();
-        spec.volume_claim_templates = None;
-    }
-    if let Some(status) = statefulset.status.as_mut() {
-        status.conditions = None;
-    }
-}
-
 /// An HPA as conflict detection reads it: what it scales.
 pub fn autoscaler(autoscaler: &mut HorizontalPodAutoscaler) {
     bookkeeping(autoscaler);
@@ -90,57 +65,6 @@ pub fn autoscaler(autoscaler: &mut HorizontalPodAutoscaler) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn full_deployment() -> Deployment {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": "orders", "namespace": "shop", "generation": 7,
-                "annotations": {LAST_APPLIED: "{\"big\": true}", "team": "payments"},
-                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
-            },
-            "spec": {
-                "replicas": 5,
-                "selector": {"matchLabels": {"app": "orders"}},
-                "template": {"metadata": {"labels": {"app": "orders"}}, "spec": {"containers": [{"name": "c", "image": "orders:1"}]}},
-            },
-            "status": {"observedGeneration": 7, "readyReplicas": 4, "replicas": 5,
-                       "conditions": [{"type": "Available", "status": "True"}]},
-        }))
-        .expect("a Deployment")
-    }
-
-    #[test]
-    fn a_slim_deployment_keeps_what_the_budget_reads() {
-        let full = full_deployment();
-        let mut slim = full.clone();
-        deployment(&mut slim);
-        assert_eq!(slim.metadata.name, full.metadata.name);
-        assert_eq!(slim.metadata.generation, Some(7));
-        assert_eq!(slim.spec.as_ref().and_then(|s| s.replicas), Some(5));
-        let status = slim.status.as_ref().expect("status");
-        assert_eq!(status.observed_generation, Some(7));
-        assert_eq!(status.ready_replicas, Some(4));
-        // What no decision reads is gone, other annotations stay.
-        assert!(slim.metadata.managed_fields.is_none());
-        let annotations = slim.metadata.annotations.as_ref().expect("annotations");
-        assert!(!annotations.contains_key(LAST_APPLIED));
-        assert_eq!(
-            annotations.get("team").map(String::as_str),
-            Some("payments")
-        );
-        assert!(
-            slim.spec
-                .as_ref()
-                .is_some_and(|s| s.template == PodTemplateSpec::default())
-        );
-        let size = |d: &Deployment| serde_json::to_vec(d).map(|v| v.len()).unwrap_or(0);
-        assert!(
-            size(&slim) < size(&full),
-            "{} of {}",
-            size(&slim),
-            size(&full)
-        );
-    }
 
     #[test]
     fn a_budget_keeps_its_status_until_the_decision_remembers_it() {

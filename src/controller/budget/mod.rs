@@ -14,6 +14,7 @@ pub mod inputs;
 pub mod memory;
 pub mod news;
 pub mod reconcile;
+pub mod replica_counts;
 pub mod status;
 pub mod target;
 pub mod targets;
@@ -27,6 +28,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, Predicate, WatchStreamExt, controller, predicates, watcher};
 use kube::{Resource, ResourceExt};
+use replica_counts::{DeploymentReplicas, StatefulSetReplicas};
 
 use crate::api::backlog_budget::BacklogBudget;
 use crate::api::retry_policy::RetryPolicy;
@@ -138,17 +140,20 @@ where
     })
     .applied_objects();
     let (deployments, writer) = reflector::store();
-    let deployment_changes = watcher(scope.api::<Deployment>(&client), watcher::Config::default())
-        .modify(slim::deployment)
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects();
-    let (statefulsets, writer) = reflector::store();
-    let statefulset_changes = watcher(
-        scope.api::<StatefulSet>(&client),
+    let deployment_changes = watcher(
+        scope.api::<DeploymentReplicas>(&client),
         watcher::Config::default(),
     )
-    .modify(slim::statefulset)
+    .modify(replica_counts::slim)
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects();
+    let (statefulsets, writer) = reflector::store();
+    let statefulset_changes = watcher(
+        scope.api::<StatefulSetReplicas>(&client),
+        watcher::Config::default(),
+    )
+    .modify(replica_counts::slim)
     .default_backoff()
     .reflect(writer)
     .applied_objects();
@@ -186,14 +191,14 @@ where
                 &spec.scale_target_ref.name,
             )
         })
-        .watches_stream(deployment_changes, move |d: Deployment| {
+        .watches_stream(deployment_changes, move |d: DeploymentReplicas| {
             for_deployments.budgets_of(
                 d.metadata.namespace.as_deref(),
                 &Deployment::kind(&()),
                 &d.name_any(),
             )
         })
-        .watches_stream(statefulset_changes, move |s: StatefulSet| {
+        .watches_stream(statefulset_changes, move |s: StatefulSetReplicas| {
             for_statefulsets.budgets_of(
                 s.metadata.namespace.as_deref(),
                 &StatefulSet::kind(&()),

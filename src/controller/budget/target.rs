@@ -4,13 +4,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::api::{DynamicObject, Patch};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use tokio::time::Instant;
 
+use super::replica_counts::{DeploymentReplicas, StatefulSetReplicas};
 use crate::api::backlog_budget::ScaleTargetRef;
 use crate::controller::apply::apply_params;
 use crate::controller::error::{ApiCall, Error, Persistence, Verb, persistence_of};
@@ -28,8 +28,8 @@ pub struct Workload {
 /// GET. Other kinds, and a target the cache does not hold (yet), are read from the API server.
 #[derive(Clone)]
 pub struct WorkloadCaches {
-    pub deployments: Store<Deployment>,
-    pub statefulsets: Store<StatefulSet>,
+    pub deployments: Store<DeploymentReplicas>,
+    pub statefulsets: Store<StatefulSetReplicas>,
     /// Until when a reconcile waits for a cache that has not listed, from the first wait.
     give_up_at: Arc<OnceLock<Instant>>,
 }
@@ -41,7 +41,10 @@ pub struct WorkloadCaches {
 const LIST_PATIENCE: Duration = Duration::from_secs(30);
 
 impl WorkloadCaches {
-    pub fn new(deployments: Store<Deployment>, statefulsets: Store<StatefulSet>) -> Self {
+    pub fn new(
+        deployments: Store<DeploymentReplicas>,
+        statefulsets: Store<StatefulSetReplicas>,
+    ) -> Self {
         Self {
             deployments,
             statefulsets,
@@ -302,8 +305,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn reconciles_wait_for_the_workload_list_but_not_for_ever() {
         use kube::runtime::{reflector, watcher};
-        let (deployments, mut writer) = reflector::store::<Deployment>();
-        let (statefulsets, _statefulsets) = reflector::store::<StatefulSet>();
+        let (deployments, mut writer) = reflector::store::<DeploymentReplicas>();
+        let (statefulsets, _statefulsets) = reflector::store::<StatefulSetReplicas>();
         let caches = WorkloadCaches::new(deployments, statefulsets);
         let started = Instant::now();
         // Other kinds are never cached: nothing to wait for.
