@@ -18,8 +18,12 @@ pub type Groups = Result<HashMap<String, Vec<f64>>, String>;
 /// each last asked (askers that stopped asking are forgotten).
 #[derive(Default)]
 pub struct Interested {
-    askers: HashMap<(String, String), HashMap<String, HashMap<String, Instant>>>,
+    askers: HashMap<(String, String), HashMap<String, Askers>>,
 }
+
+/// The askers of one value: almost always one budget, so a short list, not a map (at
+/// thousands of budgets a map per value was a kilobyte per budget).
+type Askers = Vec<(Box<str>, Instant)>;
 
 impl Interested {
     /// `asker` reads `value` of the grouped answer `(address, shared)`.
@@ -28,17 +32,12 @@ impl Interested {
         let values = self.askers.entry(key).or_default();
         // Looked up before inserting: the steady case allocates nothing more.
         match values.get_mut(value) {
-            Some(askers) => match askers.get_mut(asker) {
-                Some(asked) => *asked = Instant::now(),
-                None => {
-                    askers.insert(asker.to_owned(), Instant::now());
-                }
+            Some(askers) => match askers.iter_mut().find(|(known, _)| &**known == asker) {
+                Some((_, asked)) => *asked = Instant::now(),
+                None => askers.push((asker.into(), Instant::now())),
             },
             None => {
-                values.insert(
-                    value.to_owned(),
-                    HashMap::from([(asker.to_owned(), Instant::now())]),
-                );
+                values.insert(value.to_owned(), vec![(asker.into(), Instant::now())]);
             }
         }
     }
@@ -50,23 +49,23 @@ impl Interested {
         };
         let mut askers = HashSet::new();
         match values {
-            None => askers.extend(by_value.values().flat_map(|a| a.keys())),
+            None => askers.extend(by_value.values().flatten().map(|(asker, _)| asker)),
             Some(values) => {
                 for value in values {
                     if let Some(of_value) = by_value.get(value) {
-                        askers.extend(of_value.keys());
+                        askers.extend(of_value.iter().map(|(asker, _)| asker));
                     }
                 }
             }
         }
-        askers.into_iter().cloned().collect()
+        askers.into_iter().map(|asker| asker.to_string()).collect()
     }
 
     /// Forgets askers that have not asked for `age`.
     pub fn forget_older_than(&mut self, age: Duration) {
         for values in self.askers.values_mut() {
             for askers in values.values_mut() {
-                askers.retain(|_, asked| asked.elapsed() < age);
+                askers.retain(|(_, asked)| asked.elapsed() < age);
             }
             values.retain(|_, askers| !askers.is_empty());
         }
