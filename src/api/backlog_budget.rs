@@ -21,7 +21,7 @@ pub use crate::core::phase::BudgetPhase;
     version = "v1alpha1",
     kind = "BacklogBudget",
     namespaced,
-    status = "BacklogBudgetStatus",
+    status = "Box<BacklogBudgetStatus>",
     shortname = "bb",
     category = "backlog",
     derive = "PartialEq",

@@ -46,9 +46,11 @@ pub fn budget(budget: &mut BacklogBudget, remembered: impl Fn(&str, &str, Option
         .into_iter()
         .filter(|condition| condition.type_ == SYNCED)
         .collect();
-    budget.status = (!synced.is_empty()).then(|| BacklogBudgetStatus {
-        conditions: synced,
-        ..Default::default()
+    budget.status = (!synced.is_empty()).then(|| {
+        Box::new(BacklogBudgetStatus {
+            conditions: synced,
+            ..Default::default()
+        })
     });
 }
 

@@ -43,7 +43,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     let uid = budget.uid();
     let remembered = ctx
         .memory
-        .recall(&namespace, &name, uid.as_deref(), budget.status.as_ref());
+        .recall(&namespace, &name, uid.as_deref(), budget.status.as_deref());
     // A document that could not be written is not ours any more: it is decided and handed
     // again below, and the failure fails this reconcile once everything else is done.
     let document_failure = ctx
