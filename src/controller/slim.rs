@@ -5,6 +5,8 @@
 //! counts alone: [`super::budget::replica_counts`].)
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus};
@@ -21,6 +23,20 @@ pub fn bookkeeping<K: Resource>(object: &mut K) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
     }
+}
+
+/// A control document's ConfigMap as the budget reads it: its data and owners, and the name,
+/// namespace and resourceVersion the cache and the watch need.
+pub fn document(configmap: &mut ConfigMap) {
+    let meta = &mut configmap.metadata;
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        namespace: meta.namespace.take(),
+        resource_version: meta.resource_version.take(),
+        owner_references: meta.owner_references.take(),
+        ..ObjectMeta::default()
+    };
+    configmap.binary_data = None;
 }
 
 /// A budget as the controllers read it: its whole status only until the decision remembers
@@ -110,6 +126,30 @@ mod tests {
         }
         budget(&mut nothing_reported, remembers("u-2"));
         assert!(nothing_reported.status.is_none());
+    }
+
+    #[test]
+    fn a_slim_document_keeps_its_data_and_owners() {
+        let mut configmap: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "orders-control", "namespace": "shop", "resourceVersion": "9",
+                         "uid": "c-1", "labels": {"app.kubernetes.io/managed-by": "backlog-operator"},
+                         "ownerReferences": [{"apiVersion": "backlog.dev/v1alpha1", "kind": "BacklogBudget",
+                                              "name": "orders", "uid": "u-1"}],
+                         "managedFields": [{"manager": "backlog-operator", "operation": "Apply"}]},
+            "data": {"document": "{}"},
+        }))
+        .expect("a ConfigMap");
+        let full = configmap.clone();
+        document(&mut configmap);
+        assert_eq!(configmap.data, full.data);
+        assert_eq!(
+            configmap.metadata.owner_references,
+            full.metadata.owner_references
+        );
+        assert_eq!(configmap.metadata.resource_version.as_deref(), Some("9"));
+        assert_eq!(configmap.metadata.name, full.metadata.name);
+        assert!(configmap.metadata.labels.is_none());
+        assert!(configmap.metadata.managed_fields.is_none());
     }
 
     #[test]

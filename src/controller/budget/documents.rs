@@ -179,7 +179,7 @@ async fn follow(api: Api<ConfigMap>, namespace: String, cache: Arc<Cache>) {
             continue;
         }
         let mut events = watcher(api.clone(), watcher::Config::default().labels(&selector))
-            .modify(slim::bookkeeping)
+            .modify(slim::document)
             .boxed();
         let mut listing = HashMap::new();
         while let Some(event) = events.next().await {
