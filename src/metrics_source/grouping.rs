@@ -14,13 +14,16 @@
 
 use promql_parser::label::{Labels, MatchOp, Matcher};
 use promql_parser::parser::{self, Expr, LabelModifier};
+use std::sync::Arc;
+
 use thiserror::Error;
 
 /// An expression as one value of a shared, grouped evaluation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grouped {
-    /// The expression every value has in common, grouped by the label.
-    pub shared: String,
+    /// The expression every value has in common, grouped by the label: one text for all the
+    /// expressions that share it ([`super::MetricsSource::grouping`] interns it).
+    pub shared: Arc<str>,
     /// This expression's value of the label.
     pub value: String,
 }
@@ -79,7 +82,10 @@ pub fn group(expression: &str, label: &str) -> Result<Grouped, NotGroupable> {
     let shared = expr.to_string();
     // What is sent is the printed form: it must parse back to what prints the same.
     match parser::parse(&shared) {
-        Ok(back) if back.to_string() == shared => Ok(Grouped { shared, value }),
+        Ok(back) if back.to_string() == shared => Ok(Grouped {
+            shared: shared.into(),
+            value,
+        }),
         _ => Err(NotGroupable::NotFaithful),
     }
 }
@@ -225,7 +231,7 @@ mod tests {
 
     fn shared(expression: &str) -> String {
         match group(expression, LABEL) {
-            Ok(grouped) => grouped.shared,
+            Ok(grouped) => grouped.shared.to_string(),
             Err(reason) => panic!("{expression} is groupable: {reason}"),
         }
     }

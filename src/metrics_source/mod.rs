@@ -6,7 +6,7 @@ pub mod grouping;
 pub mod prometheus;
 pub mod wake;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -101,6 +101,8 @@ struct Answers {
     grouped: HashMap<(String, String), Entry<Groups>>,
     /// Each (label, expression)'s grouped form: parsing is dearer than a lookup.
     groupings: Groupings,
+    /// The shared expressions of `groupings`, each held once however many budgets share it.
+    shared_texts: HashSet<Arc<str>>,
     /// Who reads which value of each grouped answer.
     interested: Interested,
     swept: Instant,
@@ -144,6 +146,7 @@ impl MetricsSource {
                 entries: HashMap::new(),
                 grouped: HashMap::new(),
                 groupings: HashMap::new(),
+                shared_texts: HashSet::new(),
                 interested: Interested::default(),
                 swept: Instant::now(),
             }),
@@ -305,7 +308,10 @@ impl MetricsSource {
             *asked = Instant::now();
             return Arc::clone(grouping);
         }
-        let grouping = Arc::new(grouping::group(expression, label));
+        let grouping = Arc::new(grouping::group(expression, label).map(|grouped| Grouped {
+            shared: intern(&mut answers.shared_texts, grouped.shared),
+            value: grouped.value,
+        }));
         answers
             .groupings
             .insert(key, (Instant::now(), Arc::clone(&grouping)));
@@ -423,6 +429,10 @@ impl MetricsSource {
             answers
                 .groupings
                 .retain(|_, (asked, _)| asked.elapsed() < FORGET_AFTER);
+            // A text only this set still holds belongs to no grouping any more.
+            answers
+                .shared_texts
+                .retain(|text| Arc::strong_count(text) > 1);
             answers.interested.forget_older_than(FORGET_AFTER);
             answers.swept = Instant::now();
         }
@@ -456,6 +466,17 @@ fn current<T>(
 }
 
 /// A grouped answer's samples by value.
+/// The one copy of `text` in `texts`.
+fn intern(texts: &mut HashSet<Arc<str>>, text: Arc<str>) -> Arc<str> {
+    match texts.get(&text) {
+        Some(known) => Arc::clone(known),
+        None => {
+            texts.insert(Arc::clone(&text));
+            text
+        }
+    }
+}
+
 fn by_value(series: Vec<(String, f64)>) -> HashMap<String, Vec<f64>> {
     let mut groups: HashMap<String, Vec<f64>> = HashMap::new();
     for (value, sample) in series {
@@ -483,6 +504,30 @@ mod tests {
                 Observation::Samples(vec![value])
             })
         }
+    }
+
+    #[test]
+    fn budgets_sharing_a_grouped_expression_hold_one_copy_of_it() {
+        let source = MetricsSource::new(
+            Arc::new(Counting {
+                calls: AtomicUsize::new(0),
+            }),
+            1,
+            Duration::from_secs(1),
+        );
+        let grouped = |group: &str| {
+            let grouping = source.grouping(&format!(r#"sum(lag{{group="{group}"}})"#), "group");
+            match &*grouping {
+                Ok(grouped) => grouped.clone(),
+                Err(reason) => panic!("groupable: {reason}"),
+            }
+        };
+        let (orders, billing) = (grouped("orders"), grouped("billing"));
+        assert_eq!(
+            (orders.value.as_str(), billing.value.as_str()),
+            ("orders", "billing")
+        );
+        assert!(Arc::ptr_eq(&orders.shared, &billing.shared));
     }
 
     #[tokio::test]
