@@ -40,8 +40,8 @@ pub fn merge_conditions(
         }
     }
     merged.sort_by(|a, b| a.type_.cmp(&b.type_));
-    // Kept for as long as the object is (in the decision memory): without the slack pushing
-    // left, which was a third of a budget's conditions.
+    // Kept for as long as the object is (in the decision memory): without the slack a push
+    // leaves (a budget's first status adds its conditions one by one).
     merged.shrink_to_fit();
     merged
 }
