@@ -25,17 +25,23 @@ pub fn bookkeeping<K: Resource>(object: &mut K) {
     }
 }
 
-/// A control document's ConfigMap as the budget reads it: its data and owners, and the name,
-/// namespace and resourceVersion the cache and the watch need.
-pub fn document(configmap: &mut ConfigMap) {
-    let meta = &mut configmap.metadata;
+/// Keeps of the metadata only what a cache and its watch need: the name, namespace and
+/// resourceVersion (from which the watch resumes).
+pub fn identity_only(meta: &mut ObjectMeta) {
     *meta = ObjectMeta {
         name: meta.name.take(),
         namespace: meta.namespace.take(),
         resource_version: meta.resource_version.take(),
-        owner_references: meta.owner_references.take(),
         ..ObjectMeta::default()
     };
+}
+
+/// A control document's ConfigMap as the budget reads it: its data and owners, and what
+/// [`identity_only`] keeps.
+pub fn document(configmap: &mut ConfigMap) {
+    let owners = configmap.metadata.owner_references.take();
+    identity_only(&mut configmap.metadata);
+    configmap.metadata.owner_references = owners;
     configmap.binary_data = None;
 }
 

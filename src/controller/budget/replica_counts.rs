@@ -40,16 +40,9 @@ pub struct ReplicasStatus {
     pub ready_replicas: Option<i32>,
 }
 
-/// Keeps of the metadata what the cache and the watch need: the name, namespace and
-/// resourceVersion (from which the watch resumes).
+/// Keeps of the metadata only what the cache and the watch need.
 pub fn slim<K: Resource>(workload: &mut K) {
-    let meta = workload.meta_mut();
-    *meta = ObjectMeta {
-        name: meta.name.take(),
-        namespace: meta.namespace.take(),
-        resource_version: meta.resource_version.take(),
-        ..ObjectMeta::default()
-    };
+    crate::controller::slim::identity_only(workload.meta_mut());
 }
 
 #[cfg(test)]
