@@ -12,10 +12,10 @@
 //! matching does not ignore it, and no function invents or renames labels (`absent`, `vector`,
 //! `scalar`, `label_replace`, …). Anything else is evaluated alone, and says why.
 
-use promql_parser::label::{Labels, MatchOp, Matcher};
-use promql_parser::parser::{self, Expr, LabelModifier};
 use std::sync::Arc;
 
+use promql_parser::label::{Labels, MatchOp, Matcher};
+use promql_parser::parser::{self, Expr, LabelModifier};
 use thiserror::Error;
 
 /// An expression as one value of a shared, grouped evaluation.

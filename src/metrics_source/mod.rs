@@ -465,7 +465,6 @@ fn current<T>(
     }
 }
 
-/// A grouped answer's samples by value.
 /// The one copy of `text` in `texts`.
 fn intern(texts: &mut HashSet<Arc<str>>, text: Arc<str>) -> Arc<str> {
     match texts.get(&text) {
@@ -477,6 +476,7 @@ fn intern(texts: &mut HashSet<Arc<str>>, text: Arc<str>) -> Arc<str> {
     }
 }
 
+/// A grouped answer's samples by value.
 fn by_value(series: Vec<(String, f64)>) -> HashMap<String, Vec<f64>> {
     let mut groups: HashMap<String, Vec<f64>> = HashMap::new();
     for (value, sample) in series {
