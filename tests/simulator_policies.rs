@@ -124,7 +124,8 @@ fn no_policy_ever_asks_for_more_replicas_than_partitions() {
 }
 
 /// The static reference is what its name says: one count all along, with zero breach where
-/// the cap has none, and one fewer replica would breach.
+/// the cap has none, and one fewer replica would breach, in the run or after it (a constant
+/// count that falls behind the run's average load breaches once such runs go on).
 #[test]
 fn static_is_the_smallest_constant_count_that_keeps_the_deadline() {
     for model in scenarios() {
@@ -137,14 +138,38 @@ fn static_is_the_smallest_constant_count_that_keeps_the_deadline() {
         }
         assert_eq!(reference.breach_seconds, 0.0, "{name}: static breached");
         let count = reference.peak_replicas;
+        if simulate(&going_on(&model, 2.0), PolicyKind::Max)
+            .summary
+            .breach_seconds
+            > 0.0
+        {
+            // Not even the cap keeps the deadline once the run goes on: static is the cap.
+            let cap = model.budget.max_replicas.min(model.partitions);
+            assert_eq!(
+                count, cap,
+                "{name}: static is the cap when nothing keeps up"
+            );
+            continue;
+        }
+        let mut constant = model.clone();
+        constant.initial_replicas = count;
+        constant.budget.min_replicas = count;
+        constant.budget.max_replicas = count;
+        let going = simulate(&going_on(&constant, 2.0), PolicyKind::Max).summary;
+        assert_eq!(
+            going.breach_seconds, 0.0,
+            "{name}: static breaches after the run"
+        );
         if count > model.budget.min_replicas {
             let mut fewer = model.clone();
             fewer.initial_replicas = count - 1;
             fewer.budget.min_replicas = count - 1;
             fewer.budget.max_replicas = count - 1;
             let one_less = simulate(&fewer, PolicyKind::Max).summary;
+            let going = simulate(&going_on(&fewer, 2.0), PolicyKind::Max).summary;
+            let still_growing = going.remaining_backlog > one_less.remaining_backlog + 1.0;
             assert!(
-                one_less.breach_seconds > 0.0,
+                one_less.breach_seconds > 0.0 || going.breach_seconds > 0.0 || still_growing,
                 "{name}: {} replicas would keep the deadline too, static chose {count}",
                 count - 1
             );
@@ -179,4 +204,17 @@ fn simulation_is_deterministic() {
         simulate(model, PolicyKind::Budget),
         simulate(model, PolicyKind::Budget)
     );
+}
+
+/// The model run on for `deadlines` deadlines past its end at the run's average load.
+fn going_on(model: &Model, deadlines: f64) -> Model {
+    let seconds = model.duration.floor() as usize;
+    let mean = (0..seconds)
+        .map(|t| model.production_rate(t as f64 + 0.5))
+        .sum::<f64>()
+        / seconds.max(1) as f64;
+    let mut longer = model.clone();
+    longer.production.push((model.duration, mean, None));
+    longer.duration = model.duration + deadlines * model.budget.deadline_seconds;
+    longer
 }
