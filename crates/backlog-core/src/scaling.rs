@@ -67,6 +67,31 @@ pub struct PreviousObservation {
     pub at: Timestamp,
     pub backlog: f64,
     pub produce_rate: Option<f64>,
+    /// When this backlog value was first seen: a scrape slower than the poll shows the same
+    /// sample to several polls, and the next sample's change spans the time between the
+    /// samples, not the one poll that sees it.
+    pub value_since: Timestamp,
+}
+
+impl PreviousObservation {
+    /// The observation of `backlog` at `now`, following `previous`.
+    pub fn next(
+        previous: Option<&PreviousObservation>,
+        backlog: f64,
+        produce_rate: Option<f64>,
+        now: Timestamp,
+    ) -> Self {
+        let value_since = match previous {
+            Some(p) if p.backlog == backlog && p.value_since <= now => p.value_since,
+            _ => now,
+        };
+        Self {
+            at: now,
+            backlog,
+            produce_rate,
+            value_since,
+        }
+    }
 }
 
 /// What the decision remembers between polls (kept in status).
@@ -235,10 +260,13 @@ fn metrics_unavailable(
         memory: ScalingMemory {
             previous: used
                 .backlog
-                .map(|backlog| PreviousObservation {
-                    at: now,
-                    backlog,
-                    produce_rate: used.produce_rate,
+                .map(|backlog| {
+                    PreviousObservation::next(
+                        memory.previous.as_ref(),
+                        backlog,
+                        used.produce_rate,
+                        now,
+                    )
                 })
                 .or(memory.previous),
             windows: Windows {
@@ -269,6 +297,9 @@ struct Values {
     per_replica_rate: f64,
     capacity_measured: Option<MeasuredCapacity>,
     busy_since: Option<Timestamp>,
+    /// Work waits and the replicas changed too lately for the completion rate to show what
+    /// the new count completes: the capacity that chose it is not confirmed yet.
+    awaiting_measurement: bool,
 }
 
 /// What one poll's queries gave: the validated values, or what is missing.
@@ -359,10 +390,13 @@ fn gather(
     // Capacity is measured only while the consumers are saturated: work waits beyond what
     // they complete in two polls, every partition has some, and the rate window saw no
     // change of replicas (right after one it mixes two capacities and reads low).
-    let settled = ready == current
-        && memory
-            .last_change_at
-            .is_none_or(|at| seconds_between(at, now) >= measurement_settle_seconds(config));
+    // Pods asked for by a scale-up join the group only once started: the settling counts
+    // from then (the last pod start seen; after a scale-down it only waits longer).
+    let changed_lately = memory.last_change_at.is_some_and(|at| {
+        let started = memory.pod_start_seconds.unwrap_or(0.0).max(0.0);
+        seconds_between(at, now) < started + measurement_settle_seconds(config)
+    });
+    let settled = ready == current && !changed_lately;
     // Saturation is judged on the backlog the consumers work on: a held event class's
     // backlog waits by design while the replicas idle.
     let every_partition_busy = inputs
@@ -386,15 +420,21 @@ fn gather(
     // replicas completed at least. Arrivals count only while λ held still over both polls: λ
     // read through a rate window lags a change for the whole window, and after a fall it
     // would credit the consumers with work that no longer arrives.
+    // The change is taken from when the previous sample was first seen: a sample seen again
+    // proves nothing, and a new one after a repeated one covers the time since the first
+    // sighting (over one poll it would read as twice the drop).
     let completed_at_least = match (memory.previous, backlog) {
-        (Some(previous), Some(b)) if seconds_between(previous.at, now) > 0.0 => {
+        (Some(previous), Some(b))
+            if b != previous.backlog && seconds_between(previous.value_since, now) > 0.0 =>
+        {
             let arrived = match (previous.produce_rate, produce_rate) {
                 (Some(before), Some(lambda)) if (before - lambda).abs() <= 0.05 * lambda => {
                     before.min(lambda)
                 }
                 _ => 0.0,
             };
-            Some((arrived + (previous.backlog - b) / seconds_between(previous.at, now)).max(0.0))
+            let elapsed = seconds_between(previous.value_since, now);
+            Some((arrived + (previous.backlog - b) / elapsed).max(0.0))
         }
         _ => None,
     };
@@ -485,6 +525,7 @@ fn gather(
                 per_replica_rate: rate,
                 capacity_measured: capacity.and_then(|c| c.measured),
                 busy_since,
+                awaiting_measurement: busy && changed_lately,
                 used: used.clone(),
             })
         }
@@ -646,6 +687,12 @@ fn scale(
     // Even when λ now exceeds what the cap completes, the count is the plan's: a spike above
     // the cap is absorbed by the time budget when the recent past says it is one.
     let mut recommendation = planned.replicas;
+    if values.awaiting_measurement {
+        // A scale-down judged on a capacity the consumers have not confirmed since the last
+        // change could be undone by the measurement: with a slowed consumer that is a cycle
+        // of scale-downs and scale-ups, each paying a rebalance.
+        recommendation = recommendation.max(bounded);
+    }
     if unhelped.is_some() {
         // The hot partition neither drives the count up nor takes replicas away: with fewer
         // consumers its owner would own more partitions again.
@@ -815,11 +862,12 @@ fn scale(
         explanation,
         conditions,
         memory: ScalingMemory {
-            previous: Some(PreviousObservation {
-                at: now,
-                backlog: values.backlog,
-                produce_rate: Some(lambda),
-            }),
+            previous: Some(PreviousObservation::next(
+                memory.previous.as_ref(),
+                values.backlog,
+                Some(lambda),
+                now,
+            )),
             windows,
             last_change_at: if target != current {
                 Some(now)

@@ -33,10 +33,12 @@ fn pending_to_api(p: &Pending) -> PendingScale {
 /// What the decision remembers, as kept in status.
 pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
     let previous = status.observed.as_ref().and_then(|observed| {
+        let at = observed.at.as_ref()?.0;
         Some(PreviousObservation {
-            at: observed.at.as_ref()?.0,
+            at,
             backlog: observed.backlog?,
             produce_rate: observed.produce_rate,
+            value_since: at,
         })
     });
     ScalingMemory {

@@ -668,3 +668,28 @@ proptest! {
         );
     }
 }
+
+#[test]
+fn a_scrape_slower_than_the_poll_does_not_prove_twice_the_drop() {
+    // 5 replicas measured at 200/s each. Prometheus scrapes every 30 s, the budget polls
+    // every 15 s: the backlog drops 15k per scrape while 500/s arrive, so they complete
+    // 1000/s. The poll that sees the new sample must not read the drop as 15 s worth.
+    let mut c = config();
+    c.per_replica_rate = None;
+    c.completion_rate_configured = true;
+    let mut memory = ScalingMemory {
+        capacity: Some(MeasuredCapacity {
+            per_replica_rate: 200.0,
+            at: at(900),
+            lower_bound: false,
+        }),
+        ..ScalingMemory::default()
+    };
+    for (second, backlog) in [(1000, 28_000.0), (1015, 28_000.0), (1030, 13_000.0)] {
+        let mut polled = inputs(backlog, 500.0, 20.0, 5);
+        polled.completion_rate = Some(value(1000.0));
+        let d = decide(&c, &polled, &memory, at(second));
+        assert_eq!(d.used.per_replica_rate, Some(200.0), "at {second}: {d:?}");
+        memory = d.memory;
+    }
+}
