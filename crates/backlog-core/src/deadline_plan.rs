@@ -124,10 +124,14 @@ const DOWN_AGE_SHARE: f64 = 0.7;
 const ECONOMY_MIN_SAVING: f64 = 0.1;
 
 pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
+    let settings = &PlanSettings {
+        drain_limit: reachable_drain_limit(inputs, settings),
+        ..*settings
+    };
     let planner = Planner { inputs, settings };
     let current = inputs.current;
     if inputs.queue.backlog > 0.0 && inputs.queue.oldest_age >= settings.critical_age {
-        return planner.outcome(inputs.cap.max(current), PlanReason::Recovering);
+        return planner.outcome(planner.fullest().max(current), PlanReason::Recovering);
     }
     let hold_limit = HOLD_AGE_SHARE * settings.age_limit;
     let holds = planner.holds(current, hold_limit);
@@ -158,7 +162,20 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
         Some((k, _)) if k < inputs.cap || planner.keep_up_count().is_some() => {
             planner.outcome(k, PlanReason::ScaleUp)
         }
-        _ => planner.outcome(inputs.cap.max(current), PlanReason::CapFallsShort),
+        _ => planner.outcome(planner.fullest().max(current), PlanReason::CapFallsShort),
+    }
+}
+
+/// `targetDrainTime`, or the soonest the cap completes what waits now when even it cannot
+/// within it (pods that start slower than the drain target): a target no count reaches would
+/// send every such backlog to the cap without making it drain any sooner than cheaper counts.
+fn reachable_drain_limit(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> f64 {
+    let planner = Planner { inputs, settings };
+    let cap = inputs.cap.max(inputs.current);
+    let fastest = planner.predict(cap, cap, &|_| inputs.produce_rate, settings.horizon);
+    match fastest.drained_at {
+        Some(at) if at > settings.drain_limit => at,
+        _ => settings.drain_limit,
     }
 }
 
@@ -192,6 +209,7 @@ fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32
             let falls_behind = later.capacity(k) < lambda;
             let allowed = later.holds(k, hold_limit)
                 && later.carries_returning_peaks(k, down_limit)
+                && later.recovers_if_peak_returns(k, hold_limit)
                 && (!falls_behind
                     || (inputs.economy_allowed && later.economy_lasts(k, down_limit)));
             if !allowed {
@@ -225,6 +243,14 @@ impl Planner<'_, '_> {
     fn useful(&self, low: u32, high: u32) -> impl Iterator<Item = u32> + '_ {
         (low.max(1)..=high)
             .filter(move |&k| k == self.inputs.floor || self.capacity(k) > self.capacity(k - 1))
+    }
+
+    /// The fewest replicas that complete what the cap completes: beyond them a consumer
+    /// more gets no partition of its own to relieve the busiest one.
+    fn fullest(&self) -> u32 {
+        self.useful(self.inputs.floor, self.inputs.cap)
+            .last()
+            .unwrap_or(self.inputs.cap)
     }
 
     /// The smallest count that keeps up with today's λ, if any does: one that completes
@@ -279,6 +305,30 @@ impl Planner<'_, '_> {
             }
         };
         self.keeps(replicas, &arrivals, limit, self.settings.horizon)
+    }
+
+    /// Should λ return to the highest of the recent past right away, the count that carries
+    /// it, asked for at the next decision, brings it back before the age passes `limit`: a
+    /// scale-down is only as safe as the way back (pods start, the group rebalances). A peak
+    /// beyond what the cap completes is taken at the cap's rate: no count carries more.
+    fn recovers_if_peak_returns(&self, replicas: u32, limit: f64) -> bool {
+        let cap = self.inputs.cap;
+        let peak = self
+            .inputs
+            .recent
+            .peak()
+            .max(self.inputs.produce_rate)
+            .min(self.capacity(cap));
+        if peak <= self.capacity(replicas) {
+            return true;
+        }
+        let back = self
+            .useful(replicas, cap)
+            .find(|&k| self.capacity(k) >= peak)
+            .unwrap_or(cap);
+        self.predict(replicas, back, &|_| peak, self.settings.horizon)
+            .peak_age
+            <= limit
     }
 
     /// Holding `current` until the next decision leaves the deadline reachable: should
