@@ -102,11 +102,13 @@ pub fn estimate(
     };
     let usable = |m: &MeasuredCapacity| m.per_replica_rate.is_finite() && m.per_replica_rate > 0.0;
     let previous = previous.filter(usable);
-    // A saturated measurement stands until it is stale, and only where a configured prior can
-    // take over; a lower bound stands until an exact measurement replaces it.
+    // A saturated measurement stands until it is stale, and only where a configured prior
+    // above it can take over (the consumer may have recovered unseen; one that slowed
+    // shows it by falling behind and is measured again); a lower bound stands until an
+    // exact measurement replaces it.
     let previous_exact = previous.filter(|m| {
         !m.lower_bound
-            && (configured.is_none()
+            && (configured.is_none_or(|prior| prior <= m.per_replica_rate)
                 || super::stabilization::seconds_between(m.at, now) < evidence.stale_after_seconds)
     });
     let previous_bound = previous.filter(|m| m.lower_bound);
@@ -224,6 +226,23 @@ mod tests {
         assert_eq!(
             (stale.source, stale.per_replica_rate),
             (CapacitySource::Configured, 250.0)
+        );
+    }
+
+    #[test]
+    fn a_measurement_above_the_configured_rate_does_not_go_stale() {
+        // Measured faster than the prior says: a consumer that slows later falls behind and
+        // is measured again, so nothing is gained by going back to the pessimistic prior.
+        let mut e = evidence(3200.0, 8, true);
+        e.configured = Some(289.0);
+        let fast = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(fast.per_replica_rate, 400.0);
+        e.saturated = false;
+        e.completion_rate = Some(800.0);
+        let later = estimate(e, fast.measured, at(7200)).expect("estimate");
+        assert_eq!(
+            (later.source, later.per_replica_rate),
+            (CapacitySource::Measured, 400.0)
         );
     }
 
