@@ -1030,6 +1030,10 @@ fn explain(
     });
     if limited_by_partitions {
         text.push_str(&format!(", capped at {} partitions", values.partitions));
+    } else if values.awaiting_measurement && recommendation > planned.replicas {
+        text.push_str(&format!(
+            ", held at {recommendation} until the completions show what the last change gives (a scale-down waits for that measurement)"
+        ));
     } else if recommendation != planned.replicas {
         text.push_str(&format!(", kept within [{floor}, {cap}] replicas"));
     }

@@ -693,3 +693,31 @@ fn a_scrape_slower_than_the_poll_does_not_prove_twice_the_drop() {
         memory = d.memory;
     }
 }
+
+#[test]
+fn a_scale_down_waits_for_a_measurement_after_a_change() {
+    // 12 replicas drain 100k at 3000/s while 500/s arrive: fewer would do. Right after a
+    // change the completions do not show yet what the 12 give, so no scale-down is asked.
+    let mut c = config();
+    c.completion_rate_configured = true;
+    let mut busy = inputs(100_000.0, 500.0, 60.0, 12);
+    busy.completion_rate = Some(value(3000.0));
+    let changed = ScalingMemory {
+        last_change_at: Some(at(970)),
+        ..ScalingMemory::default()
+    };
+    let d = decide(&c, &busy, &changed, at(1000));
+    assert_eq!(d.recommendation, Some(12), "{}", d.explanation);
+    assert!(
+        d.explanation.contains("waits for that measurement"),
+        "{}",
+        d.explanation
+    );
+    // Long after the change the same poll may plan fewer.
+    let settled = ScalingMemory {
+        last_change_at: Some(at(0)),
+        ..ScalingMemory::default()
+    };
+    let d = decide(&c, &busy, &settled, at(1000));
+    assert!(d.recommendation < Some(12), "{}", d.explanation);
+}
