@@ -124,10 +124,6 @@ const DOWN_AGE_SHARE: f64 = 0.7;
 const ECONOMY_MIN_SAVING: f64 = 0.1;
 
 pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
-    let settings = &PlanSettings {
-        drain_limit: reachable_drain_limit(inputs, settings),
-        ..*settings
-    };
     let planner = Planner { inputs, settings };
     let current = inputs.current;
     if inputs.queue.backlog > 0.0 && inputs.queue.oldest_age >= settings.critical_age {
@@ -163,19 +159,6 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
             planner.outcome(k, PlanReason::ScaleUp)
         }
         _ => planner.outcome(planner.fullest().max(current), PlanReason::CapFallsShort),
-    }
-}
-
-/// `targetDrainTime`, or the soonest the cap completes what waits now when even it cannot
-/// within it (pods that start slower than the drain target): a target no count reaches would
-/// send every such backlog to the cap without making it drain any sooner than cheaper counts.
-fn reachable_drain_limit(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> f64 {
-    let planner = Planner { inputs, settings };
-    let cap = inputs.cap.max(inputs.current);
-    let fastest = planner.predict(cap, cap, &|_| inputs.produce_rate, settings.horizon);
-    match fastest.drained_at {
-        Some(at) if at > settings.drain_limit => at,
-        _ => settings.drain_limit,
     }
 }
 
@@ -246,10 +229,17 @@ impl Planner<'_, '_> {
     }
 
     /// The fewest replicas that complete what the cap completes: beyond them a consumer
-    /// more gets no partition of its own to relieve the busiest one.
+    /// more gets no partition of its own to relieve the busiest one. Judged on the partition
+    /// count alone: a hot partition seen at one poll must not take the cap's replicas away.
     fn fullest(&self) -> u32 {
-        self.useful(self.inputs.floor, self.inputs.cap)
-            .last()
+        let (partitions, rate) = (self.inputs.partitions, self.inputs.per_replica_rate);
+        let floor = self.inputs.floor.max(1);
+        (floor..=self.inputs.cap.max(floor))
+            .rev()
+            .find(|&k| {
+                k == floor
+                    || group_capacity(k - 1, partitions, rate) < group_capacity(k, partitions, rate)
+            })
             .unwrap_or(self.inputs.cap)
     }
 
