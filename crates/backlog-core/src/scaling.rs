@@ -118,6 +118,16 @@ pub struct ScalingMemory {
     pub economy: EconomyMemory,
 }
 
+impl ScalingMemory {
+    /// Nothing was ever decided from data: no λ history, no change, no window. An outage
+    /// keeps the λ history, so a return from one is not a first decision.
+    pub fn is_first_decision(&self) -> bool {
+        self.demand.is_empty()
+            && self.last_change_at.is_none()
+            && self.windows == Windows::default()
+    }
+}
+
 /// The numbers the decision used.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct UsedValues {
@@ -573,6 +583,14 @@ fn scale(
     let floor = config.min_replicas.min(cap);
     let partition_bound = values.partitions <= config.max_replicas;
     let bounded = current.clamp(floor, cap);
+    // A budget's first decision has no earlier recommendation to wait out (the HPA's rule for
+    // a new autoscaler): the replicas it finds were chosen by someone else, not by a load
+    // that may return, so a scale-down goes at once instead of after a whole window.
+    let down_window = if memory.is_first_decision() {
+        0.0
+    } else {
+        config.scale_down_stabilization_seconds
+    };
 
     let window = demand_window_seconds(config);
     let min_run = demand_history::min_run_seconds(window, config.poll_interval_seconds);
@@ -639,13 +657,7 @@ fn scale(
     // How long a scale-down to each count would wait for the window, if asked now.
     let down_waits: Vec<f64> = (0..=cap)
         .map(|k| {
-            down_wait(
-                &memory.windows.down,
-                bounded,
-                k,
-                config.scale_down_stabilization_seconds,
-                now,
-            )
+            down_wait(&memory.windows.down, bounded, k, down_window, now)
         })
         .collect();
     let planned = plan(
@@ -727,7 +739,7 @@ fn scale(
             &memory.windows,
             WindowSettings {
                 up_seconds: up_window,
-                down_seconds: config.scale_down_stabilization_seconds,
+                down_seconds: down_window,
                 poll_seconds: config.poll_interval_seconds,
             },
             now,

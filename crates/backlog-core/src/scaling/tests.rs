@@ -191,13 +191,21 @@ fn conflict_hands_off() {
     assert_eq!(d.desired, 3);
 }
 
+/// A budget that has decided before: its last change was an hour ago.
+fn running_for_an_hour() -> ScalingMemory {
+    ScalingMemory {
+        last_change_at: Some(at(-3600)),
+        ..ScalingMemory::default()
+    }
+}
+
 #[test]
 fn scale_down_waits_for_the_window() {
     let c = config();
     let first = decide(
         &c,
         &inputs(0.0, 240.0, 1.0, 10),
-        &ScalingMemory::default(),
+        &running_for_an_hour(),
         at(0),
     );
     assert_eq!(first.desired, 10);
@@ -279,10 +287,36 @@ fn replicas_above_the_cap_are_corrected_at_once() {
     let d = decide(
         &config(),
         &inputs(0.0, 10.0, 1.0, 30),
-        &ScalingMemory::default(),
+        &running_for_an_hour(),
         at(0),
     );
     assert_eq!(d.desired, 12);
+}
+
+#[test]
+fn a_first_decision_scales_down_at_once() {
+    // Nothing was decided before: the 10 replicas it finds were someone else's choice, and
+    // no earlier recommendation is there to wait out (the HPA's rule for a new autoscaler).
+    let c = config();
+    let first = decide(
+        &c,
+        &inputs(0.0, 240.0, 1.0, 10),
+        &ScalingMemory::default(),
+        at(0),
+    );
+    assert_eq!(first.desired, 1, "{}", first.explanation);
+    // After that, a lower recommendation waits for the window again.
+    let steady = decide(&c, &inputs(0.0, 240.0, 1.0, 1), &first.memory, at(15));
+    assert!(!steady.memory.is_first_decision());
+    let up = decide(
+        &c,
+        &inputs(250_000.0, 900.0, 290.0, 1),
+        &steady.memory,
+        at(30),
+    );
+    assert!(up.desired > 1, "{}", up.explanation);
+    let down = decide(&c, &inputs(0.0, 240.0, 1.0, up.desired), &up.memory, at(45));
+    assert_eq!(down.desired, up.desired, "{}", down.explanation);
 }
 
 fn bad_observation() -> impl Strategy<Value = Observation> {
@@ -386,7 +420,7 @@ proptest! {
         let cap = cap_of(&c);
         prop_assume!(current <= cap && c.scale_down_stabilization_seconds >= 1.0);
         let idle = inputs(0.0, 0.0, 0.0, current);
-        let first = decide(&c, &idle, &ScalingMemory::default(), at(0));
+        let first = decide(&c, &idle, &running_for_an_hour(), at(0));
         let later = (elapsed * (c.scale_down_stabilization_seconds - 1.0)) as i64;
         let second = decide(&c, &idle, &first.memory, at(later));
         // Replicas that own no partition of their own (9 partitions: 6 consumers complete no
