@@ -585,6 +585,11 @@ pub struct CapacityStatus {
     /// The measurement is of consumers that were not saturated: they can do at least this.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub measured_lower_bound: bool,
+    /// How many times in a row the configured rate was tried again after the measurement went
+    /// stale and the consumers fell short of it again; each doubles how long the measurement
+    /// stands before the next try.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub measured_confirmations: u32,
 }
 
 /// Economy's memory (`scaling.economyDwell`).
@@ -687,4 +692,8 @@ pub struct EventClassStatus {
     pub probe_ratio: Option<f64>,
     /// Why the class is in this state, with the ratio that caused it.
     pub message: String,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }

@@ -28,6 +28,17 @@ pub struct MeasuredCapacity {
     pub per_replica_rate: f64,
     pub at: Timestamp,
     pub lower_bound: bool,
+    /// How many times in a row the configured rate took over when this measurement went
+    /// stale and the consumers fell short of it again: each doubles how long the measurement
+    /// stands, so a wrong prior is not tried again and again at the price of two rebalances.
+    pub confirmations: u32,
+}
+
+impl MeasuredCapacity {
+    /// Seconds this measurement stands before a configured rate above it is tried again.
+    pub fn stands_for_seconds(&self, base_seconds: f64) -> f64 {
+        base_seconds * f64::from(1_u32 << self.confirmations.min(MAX_DOUBLINGS))
+    }
 }
 
 /// What this poll shows about the consumers.
@@ -68,6 +79,12 @@ impl CapacityEstimate {
     }
 }
 
+/// A measurement confirmed again and again stands at most 2^this times the base period.
+const MAX_DOUBLINGS: u32 = 3;
+
+/// A measurement within this factor of the stale one it follows confirms it.
+const CONFIRMS_WITHIN: f64 = 1.25;
+
 /// The estimate for this poll; `None` when nothing at all is known.
 pub fn estimate(
     evidence: CapacityEvidence,
@@ -106,17 +123,32 @@ pub fn estimate(
     // above it can take over (the consumer may have recovered unseen; one that slowed
     // shows it by falling behind and is measured again); a lower bound stands until an
     // exact measurement replaces it.
-    let previous_exact = previous.filter(|m| {
-        !m.lower_bound
-            && (configured.is_none_or(|prior| prior <= m.per_replica_rate)
-                || super::stabilization::seconds_between(m.at, now) < evidence.stale_after_seconds)
-    });
+    let standing = |m: &MeasuredCapacity| {
+        configured.is_none_or(|prior| prior <= m.per_replica_rate)
+            || super::stabilization::seconds_between(m.at, now)
+                < m.stands_for_seconds(evidence.stale_after_seconds)
+    };
+    let previous_exact = previous.filter(|m| !m.lower_bound && standing(m));
+    // A stale measurement is kept while the configured rate is tried again: if the
+    // consumers fall short of that rate as before, the next measurement stands longer.
+    let previous_stale = previous.filter(|m| !m.lower_bound && !standing(m));
+    let confirmations = |rate: f64| match (previous_exact, previous_stale) {
+        (Some(before), _) => before.confirmations,
+        (None, Some(stale))
+            if rate <= stale.per_replica_rate * CONFIRMS_WITHIN
+                && rate * CONFIRMS_WITHIN >= stale.per_replica_rate =>
+        {
+            (stale.confirmations + 1).min(MAX_DOUBLINGS)
+        }
+        _ => 0,
+    };
     let previous_bound = previous.filter(|m| m.lower_bound);
     let exact = match (per_ready, previous_exact) {
         (Some(rate), _) if evidence.saturated => Some(MeasuredCapacity {
             per_replica_rate: rate,
             at: now,
             lower_bound: false,
+            confirmations: confirmations(rate),
         }),
         // Unsaturated consumers completing more than the last measurement prove it stale (the
         // consumer got faster while it had no backlog): it rises to what is proven.
@@ -142,6 +174,7 @@ pub fn estimate(
             per_replica_rate: rate,
             at: now,
             lower_bound: true,
+            confirmations: 0,
         }),
         (None, before) => before,
     };
@@ -149,7 +182,7 @@ pub fn estimate(
         (Some(configured), bound) => Some(CapacityEstimate {
             per_replica_rate: configured.max(bound.map_or(0.0, |b| b.per_replica_rate)),
             source: CapacitySource::Configured,
-            measured: bound,
+            measured: previous_stale.or(bound),
         }),
         (None, Some(bound)) => Some(CapacityEstimate {
             per_replica_rate: bound.per_replica_rate,
@@ -247,6 +280,43 @@ mod tests {
     }
 
     #[test]
+    fn a_prior_disproved_again_is_tried_again_later_each_time() {
+        // The owner says 200/s; the consumers do 100/s. Stale after 600 s, the prior takes
+        // over and the consumers fall short of it again: each time, the new measurement
+        // stands twice as long (at most eight times).
+        let mut busy = evidence(800.0, 8, true);
+        busy.configured = Some(200.0);
+        busy.stale_after_seconds = 600.0;
+        let mut idle = busy;
+        idle.saturated = false;
+        idle.completion_rate = Some(400.0);
+        let mut measured = estimate(busy, None, at(0)).expect("estimate");
+        let mut start = 0;
+        for (confirmations, stands) in [(0, 600), (1, 1200), (2, 2400), (3, 4800), (3, 4800)] {
+            let m = measured.measured.expect("measurement");
+            assert_eq!(m.confirmations, confirmations);
+            let held = estimate(idle, Some(m), at(start + stands - 1)).expect("estimate");
+            assert_eq!(held.source, CapacitySource::Measured);
+            let stale = estimate(idle, Some(m), at(start + stands)).expect("estimate");
+            assert_eq!(
+                (stale.source, stale.per_replica_rate),
+                (CapacitySource::Configured, 200.0)
+            );
+            // The stale measurement is kept while the prior is tried, to be confirmed.
+            assert_eq!(stale.measured, Some(m));
+            start += stands + 60;
+            measured = estimate(busy, stale.measured, at(start)).expect("estimate");
+        }
+        // A measurement unlike the stale one is news, not a confirmation: back to the base.
+        let m = measured.measured.expect("measurement");
+        let stale = estimate(idle, Some(m), at(start + 4800)).expect("estimate");
+        let mut slower = busy;
+        slower.completion_rate = Some(400.0);
+        let other = estimate(slower, stale.measured, at(start + 4860)).expect("estimate");
+        assert_eq!(other.measured.map(|m| m.confirmations), Some(0));
+    }
+
+    #[test]
     fn a_lower_bound_is_the_highest_ever_seen_until_a_measurement() {
         let busy = estimate(evidence(400.0, 2, false), None, at(0)).expect("estimate");
         assert_eq!(
@@ -301,7 +371,7 @@ mod tests {
             completion in 0.0..1e5f64,
             ready in 1u32..50,
         ) {
-            let before = MeasuredCapacity { per_replica_rate: measured, at: at(0), lower_bound: false };
+            let before = MeasuredCapacity { per_replica_rate: measured, at: at(0), lower_bound: false, confirmations: 0 };
             let e = estimate(evidence(completion, ready, false), Some(before), at(60));
             let e = e.expect("a measurement exists");
             prop_assert!(e.per_replica_rate >= measured);

@@ -62,6 +62,7 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
                 per_replica_rate: c.measured_per_replica_rate?,
                 at: c.measured_at.as_ref()?.0,
                 lower_bound: c.measured_lower_bound,
+                confirmations: c.measured_confirmations,
             })
         }),
         pods_pending_since: status.pods_pending_since.as_ref().map(|t| t.0),
@@ -155,6 +156,10 @@ pub fn after_decision(
                 measured_per_replica_rate: decision.memory.capacity.map(|m| m.per_replica_rate),
                 measured_at: decision.memory.capacity.map(|m| Time(m.at)),
                 measured_lower_bound: decision.memory.capacity.is_some_and(|m| m.lower_bound),
+                measured_confirmations: decision
+                    .memory
+                    .capacity
+                    .map_or(0, |m| m.confirmations),
             }),
             _ => previous.capacity.clone(),
         },

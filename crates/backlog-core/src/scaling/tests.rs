@@ -716,6 +716,7 @@ fn a_scrape_slower_than_the_poll_does_not_prove_twice_the_drop() {
             per_replica_rate: 200.0,
             at: at(900),
             lower_bound: false,
+            confirmations: 0,
         }),
         ..ScalingMemory::default()
     };
