@@ -645,6 +645,10 @@ pub struct Observed {
     pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Time>,
+    /// When this backlog sample was first seen: a scrape slower than the poll shows one
+    /// sample to several polls, and the next sample's change spans the time since then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog_since: Option<Time>,
 }
 
 /// The last change the operator made to the target's replicas.

@@ -38,6 +38,7 @@ impl Written {
         let mut without_time = status.clone();
         if let Some(observed) = without_time.observed.as_mut() {
             observed.at = None;
+            observed.backlog_since = None;
         }
         Written {
             content: fingerprint(&without_time),
@@ -88,6 +89,7 @@ fn headline(status: &BacklogBudgetStatus) -> BacklogBudgetStatus {
         observed.oldest_unfinished_age = None;
         observed.oldest_unfinished_age_text = None;
         observed.at = None;
+        observed.backlog_since = None;
     }
     status.drain_time_seconds = None;
     status.drain_time = None;

@@ -38,7 +38,10 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
             at,
             backlog: observed.backlog?,
             produce_rate: observed.produce_rate,
-            value_since: at,
+            value_since: observed
+                .backlog_since
+                .as_ref()
+                .map_or(at, |since| since.0.min(at)),
         })
     });
     ScalingMemory {
@@ -133,6 +136,7 @@ pub fn after_decision(
             partitions: used.partitions.map(to_i32),
             replicas: Some(to_i32(used.replicas)),
             at: Some(Time(now)),
+            backlog_since: decision.memory.previous.map(|p| Time(p.value_since)),
         }),
         drain_time_seconds: decision
             .drain_time_seconds
@@ -269,6 +273,13 @@ mod tests {
         assert_eq!(memory.previous, first.memory.previous);
         assert_eq!(memory.demand, first.memory.demand);
         assert_eq!(memory.capacity, first.memory.capacity);
+        // A scrape slower than the poll: the next poll sees the same sample, and the time it
+        // was first seen must survive, or the next sample's change reads as one poll's worth.
+        let again = decide(&config(), &inputs(0.0, 100.0, 6), &memory, at(15));
+        let status = after_decision(&status, &again, Some(1), at(15));
+        let memory = memory_of(&status);
+        assert_eq!(memory.previous, again.memory.previous);
+        assert_eq!(memory.previous.map(|p| p.value_since), Some(at(0)));
     }
 
     #[test]
