@@ -656,9 +656,7 @@ fn scale(
     };
     // How long a scale-down to each count would wait for the window, if asked now.
     let down_waits: Vec<f64> = (0..=cap)
-        .map(|k| {
-            down_wait(&memory.windows.down, bounded, k, down_window, now)
-        })
+        .map(|k| down_wait(&memory.windows.down, bounded, k, down_window, now))
         .collect();
     let planned = plan(
         &PlanInputs {

@@ -160,10 +160,7 @@ pub fn after_decision(
                 measured_per_replica_rate: decision.memory.capacity.map(|m| m.per_replica_rate),
                 measured_at: decision.memory.capacity.map(|m| Time(m.at)),
                 measured_lower_bound: decision.memory.capacity.is_some_and(|m| m.lower_bound),
-                measured_confirmations: decision
-                    .memory
-                    .capacity
-                    .map_or(0, |m| m.confirmations),
+                measured_confirmations: decision.memory.capacity.map_or(0, |m| m.confirmations),
             }),
             _ => previous.capacity.clone(),
         },
