@@ -52,6 +52,15 @@ pub struct CapacityEvidence {
     /// window: a fast drain proves a recovered consumer at once.
     pub completed_at_least: Option<f64>,
     pub ready_replicas: u32,
+    /// What the ready replicas complete together, in replicas' worth, when arrivals spread
+    /// evenly over the partitions: the busiest consumer owns ⌈P / ready⌉ of them, and the
+    /// group keeps up only as far as it does (P / ⌈P / ready⌉; `ready_replicas` when the
+    /// partitions are unknown). Idle consumers' completions over it bound the capacity.
+    pub busiest_consumer_shares: f64,
+    /// The group completes what arrives and little waits: only then is the busiest
+    /// consumer known to keep up with its partitions (saturated, every consumer completes
+    /// the same, and the busiest share would overstate it).
+    pub keeping_up: bool,
     /// A backlog waits, every partition has work and the rate window saw no change of
     /// replicas.
     pub saturated: bool,
@@ -167,7 +176,16 @@ pub fn estimate(
             measured: Some(m),
         });
     }
-    // Whatever idle consumers once completed per replica, they can still complete.
+    // Whatever idle consumers once completed per replica, they can still complete; the
+    // busiest of them completed its partitions' share, more than the average.
+    let per_ready = match (per_ready, evidence.completion_rate) {
+        (Some(average), Some(rate))
+            if evidence.keeping_up && evidence.busiest_consumer_shares > 0.0 =>
+        {
+            Some(average.max(rate / evidence.busiest_consumer_shares))
+        }
+        (seen, _) => seen,
+    };
     let bound = match (per_ready, previous_bound) {
         (Some(rate), Some(before)) if before.per_replica_rate >= rate => Some(before),
         (Some(rate), _) => Some(MeasuredCapacity {
@@ -208,6 +226,8 @@ mod tests {
             completion_rate: Some(completion),
             completed_at_least: None,
             ready_replicas: ready,
+            busiest_consumer_shares: f64::from(ready),
+            keeping_up: false,
             saturated,
             settled: true,
             stale_after_seconds: 1800.0,
@@ -314,6 +334,23 @@ mod tests {
         slower.completion_rate = Some(400.0);
         let other = estimate(slower, stale.measured, at(start + 4860)).expect("estimate");
         assert_eq!(other.measured.map(|m| m.confirmations), Some(0));
+    }
+
+    #[test]
+    fn idle_consumers_prove_what_their_busiest_completes() {
+        // 14 replicas on 32 partitions keep up with 2297/s: the busiest owns 3 partitions,
+        // so each replica completes at least 2297 × 3 / 32 = 215/s, not the average 164/s.
+        let mut idle = evidence(2297.0, 14, false);
+        idle.busiest_consumer_shares = 32.0 / 3.0;
+        idle.keeping_up = true;
+        let bound = estimate(idle, None, at(0)).expect("estimate");
+        assert_eq!(bound.source, CapacitySource::Prior);
+        assert!((bound.per_replica_rate - 2297.0 * 3.0 / 32.0).abs() < 1e-9);
+        // Falling behind, every consumer completes the same: the busiest share would
+        // overstate them, so only the average is a bound.
+        idle.keeping_up = false;
+        let behind = estimate(idle, None, at(0)).expect("estimate");
+        assert!((behind.per_replica_rate - 2297.0 / 14.0).abs() < 1e-9);
     }
 
     #[test]

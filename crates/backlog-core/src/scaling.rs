@@ -454,6 +454,16 @@ fn gather(
             completion_rate,
             completed_at_least,
             ready_replicas: ready,
+            busiest_consumer_shares: partitions
+                .map_or(f64::from(ready), |p| group_capacity(ready, p, 1.0)),
+            keeping_up: match (completion_rate, produce_rate, used.scaling_backlog) {
+                (Some(completed), Some(lambda), Some(waiting)) => {
+                    lambda > 0.0
+                        && completed >= 0.99 * lambda
+                        && waiting <= lambda * config.poll_interval_seconds
+                }
+                _ => false,
+            },
             saturated,
             settled,
             stale_after_seconds: 2.0 * config.scale_down_stabilization_seconds.max(300.0),
