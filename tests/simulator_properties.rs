@@ -75,6 +75,38 @@ proptest! {
         prop_assert_eq!(result.summary.breach_seconds, 0.0);
     }
 
+    /// Without capacity.perReplicaRate, idle consumers only bound their capacity from below,
+    /// and a budget that starts with more replicas than the load needs cannot see it. It
+    /// tries fewer once, safely within the deadline: 30 minutes in, the replicas are within
+    /// one of the cheapest count that keeps up. (From the partition count it cannot: at the
+    /// bound the cap only just keeps up, so nothing could drain what a try leaves behind.)
+    #[test]
+    fn without_a_prior_an_oversized_start_finds_the_optimum(
+        rate in 100.0..500.0f64,
+        partitions in 8u32..=32,
+        load in 0.1..0.45f64,
+    ) {
+        let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
+        let optimum = (1..=partitions)
+            .find(|k| group_capacity(*k, partitions, rate) >= lambda)
+            .unwrap_or(partitions);
+        let start = (2 * optimum).min(partitions - 1);
+        prop_assume!(start > optimum + 1);
+        let result = simulate(&constant(lambda, rate, partitions, start, false), PolicyKind::Budget);
+        let highest = result
+            .timeline
+            .iter()
+            .filter(|row| row.t >= 30.0 * 60.0)
+            .map(|row| row.replicas)
+            .max()
+            .unwrap_or(0);
+        prop_assert!(
+            highest <= optimum + 1,
+            "λ {lambda}/s, {rate}/s per replica, {partitions} partitions, start {start}: {highest} replicas after 30 minutes, the optimum is {optimum}"
+        );
+        prop_assert_eq!(result.summary.breach_seconds, 0.0);
+    }
+
     /// Without capacity.perReplicaRate, a burst that saturates the consumers teaches the
     /// budget their capacity: 30 minutes after it the replicas are within one of the
     /// cheapest count that keeps up with the base load.

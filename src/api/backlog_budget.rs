@@ -590,6 +590,11 @@ pub struct CapacityStatus {
     /// stands before the next try.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub measured_confirmations: u32,
+    /// When fewer replicas were last tried to learn a capacity known only as a lower bound
+    /// (the consumers idled and were never saturated); at most one try per cost
+    /// window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probed_at: Option<Time>,
 }
 
 /// Economy's memory (`scaling.economyDwell`).

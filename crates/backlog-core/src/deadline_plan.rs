@@ -61,6 +61,15 @@ pub struct PlanInputs<'a> {
     /// For each count below `current` (indexed by count), seconds until a scale-down to it
     /// would be followed (the scale-down window); counts beyond the slice wait `down_delay`.
     pub down_waits: &'a [f64],
+    /// `per_replica_rate` is only a lower bound: the consumers were never seen saturated.
+    pub capacity_is_lower_bound: bool,
+    /// How long fewer replicas must run, saturated, before their completions are a
+    /// measurement (pods, rebalance, the rate window settling, a poll to see it).
+    pub measurement_seconds: f64,
+    /// Seconds since fewer replicas were last tried to learn the capacity.
+    pub probed_seconds_ago: Option<f64>,
+    /// Seconds since the replicas last changed.
+    pub changed_seconds_ago: Option<f64>,
 }
 
 /// The budget's limits and the workload's reaction times, in seconds.
@@ -93,6 +102,9 @@ pub enum PlanReason {
     ScaleUp,
     /// Fewer replicas keep it too, and the change pays for its rebalance.
     ScaleDown,
+    /// The capacity is only a lower bound and the group idles: fewer replicas, safe even at
+    /// that bound, either keep up (the bound rises) or get saturated (it is measured).
+    Probe,
     /// Not even the cap keeps the deadline at today's λ.
     CapFallsShort,
     /// The oldest event is past the critical fraction: the cap, until it recovers.
@@ -118,6 +130,9 @@ const HOLD_AGE_SHARE: f64 = 0.9;
 /// Share of the age limit a lower count must stay under to be entered: the gap to
 /// `HOLD_AGE_SHARE` is the hysteresis between scaling down and holding.
 const DOWN_AGE_SHARE: f64 = 0.7;
+/// Completions within this share of λ keep up with it (rates read through windows differ
+/// by a little).
+const KEEPS_UP_SHARE: f64 = 0.99;
 /// Economy must save at least this share of what the keep-up count costs over the dwell:
 /// less is within the error of the capacity estimate, and not worth two rebalances and an
 /// age near the warning fraction.
@@ -131,6 +146,20 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     }
     let hold_limit = HOLD_AGE_SHARE * settings.age_limit;
     let holds = planner.holds(current, hold_limit);
+    // A probe is held until it is measured, unless the deadline needs more: undone earlier
+    // it taught nothing for its two rebalances.
+    let probing = inputs.capacity_is_lower_bound
+        && inputs
+            .probed_seconds_ago
+            .is_some_and(|ago| ago < inputs.measurement_seconds);
+    if holds && probing {
+        return planner.outcome(current, PlanReason::Probe);
+    }
+    // A probe goes below any count the bound allows: it comes first, or a scale-down to
+    // that count would be the budget's first change and leave no probe.
+    if holds && let Some(probe) = probe_count(&planner, hold_limit) {
+        return planner.outcome(probe, PlanReason::Probe);
+    }
     if holds && let Some(lower) = cheaper_lower_count(&planner, hold_limit) {
         return planner.outcome(lower, PlanReason::ScaleDown);
     }
@@ -206,6 +235,52 @@ fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32
         })
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(k, _)| k)
+}
+
+/// Idle consumers that were never saturated complete what arrives: per replica that is only
+/// a lower bound of their capacity, and it sizes the group for its own idleness (the count
+/// it has only just keeps up at the bound). The fewest replicas from which, even at the
+/// bound, the fullest count asked for once they could be measured brings the age back below
+/// the lower limit and drains in time, are tried: they either keep up (the bound rises to λ over
+/// them) or get saturated (the capacity is measured), and in both cases the next decisions
+/// plan with what is then known. One step, not a staircase: each step would pay a window
+/// and a rebalance.
+fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
+    let (inputs, settings) = (planner.inputs, planner.settings);
+    let lambda = inputs.produce_rate;
+    // Idle: little waits, and the ready replicas complete λ at the bound (the bound is their
+    // completions per replica: below λ, they are falling behind, so saturated already).
+    let idle = lambda > 0.0
+        && inputs.queue.backlog <= lambda * settings.poll
+        && f64::from(inputs.ready) * inputs.per_replica_rate >= KEEPS_UP_SHARE * lambda;
+    // A probe costs two changes, so it is how a budget starts, not something it does at a
+    // load it has settled at: only before the budget changed the replicas for any other
+    // reason, and once (a probe that ended without a measurement, its consumers keeping up
+    // or never two polls behind, left a higher bound).
+    let started = inputs.changed_seconds_ago.is_some() || inputs.probed_seconds_ago.is_some();
+    if !inputs.capacity_is_lower_bound || !idle || started {
+        return None;
+    }
+    let way_back = planner.fullest().max(inputs.current);
+    if planner.capacity(way_back) <= lambda {
+        return None;
+    }
+    let down_limit = DOWN_AGE_SHARE * settings.age_limit;
+    // A probe undone before it is measured teaches nothing and costs two rebalances: it must
+    // be able to last until its completions are a measurement.
+    let lasts = inputs.measurement_seconds.max(2.0 * settings.poll);
+    planner
+        .useful(inputs.floor, inputs.current.saturating_sub(1))
+        .find(|&k| {
+            let outlook =
+                planner.predict_switching(k, way_back, lasts, &|_| lambda, settings.horizon);
+            outlook.peak_age <= down_limit
+                && outlook
+                    .drained_at
+                    .is_some_and(|t| t <= settings.drain_limit.max(settings.poll))
+                && planner.carries_returning_peaks(k, down_limit)
+                && planner.recovers_if_peak_returns(k, hold_limit)
+        })
 }
 
 struct Planner<'p, 'a> {
@@ -504,6 +579,8 @@ impl Planner<'_, '_> {
         let keep_up = self.keep_up_count();
         let falls_behind = self.capacity(replicas) < lambda;
         let then = match keep_up {
+            // A probe is judged by its way back, should the bound be all there is.
+            _ if reason == PlanReason::Probe => self.fullest().max(self.inputs.current),
             Some(k) if falls_behind => k.max(replicas),
             _ => replicas,
         };

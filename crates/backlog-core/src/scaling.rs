@@ -116,6 +116,9 @@ pub struct ScalingMemory {
     pub busy_since: Option<Timestamp>,
     /// The current stretch of economy and when the last one ended (status.economy).
     pub economy: EconomyMemory,
+    /// When fewer replicas were last tried to learn a capacity known only as a lower bound
+    /// (status.capacity.probedAt).
+    pub probed_at: Option<Timestamp>,
 }
 
 impl ScalingMemory {
@@ -664,6 +667,11 @@ fn scale(
         down_delay: config.scale_down_stabilization_seconds,
         economy_dwell: config.economy_dwell_seconds,
     };
+    // How long fewer replicas must run, saturated, before their completions are measured.
+    let measurement_seconds = memory.pod_start_seconds.unwrap_or(0.0).max(0.0)
+        + measurement_settle_seconds(config)
+        + rate_window_seconds(config)
+        + config.poll_interval_seconds;
     // How long a scale-down to each count would wait for the window, if asked now.
     let down_waits: Vec<f64> = (0..=cap)
         .map(|k| down_wait(&memory.windows.down, bounded, k, down_window, now))
@@ -686,6 +694,10 @@ fn scale(
             cap,
             economy_allowed: economy::allowed(&memory.economy, config.economy_dwell_seconds, now),
             down_waits: &down_waits,
+            capacity_is_lower_bound: values.used.per_replica_rate_is_lower_bound(),
+            measurement_seconds,
+            probed_seconds_ago: memory.probed_at.map(|at| seconds_between(at, now)),
+            changed_seconds_ago: memory.last_change_at.map(|at| seconds_between(at, now)),
         },
         &settings,
     );
@@ -913,6 +925,11 @@ fn scale(
                 lambda / capacity,
                 now,
             ),
+            probed_at: if planned.reason == PlanReason::Probe && target < current {
+                Some(now)
+            } else {
+                memory.probed_at
+            },
         },
         used: values.used,
     }
@@ -1040,6 +1057,9 @@ fn explain(
         ),
         PlanReason::ScaleDown => format!(
             " → {n} suffice: they keep the oldest age below {limit}, also if a recurring peak returns (predicted peak {peak})"
+        ),
+        PlanReason::Probe => format!(
+            " → trying {n} to learn what the consumers complete: the rate is only a lower bound while they idle, and even at it {n} keep the oldest age below {limit} until the next decision can act (predicted peak {peak})"
         ),
         PlanReason::CapFallsShort => format!(
             " → need more than {cap}: even {cap} let the oldest age reach {peak} (limit {limit})"

@@ -75,6 +75,11 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
             .economy
             .as_ref()
             .map_or_else(EconomyMemory::default, economy_of),
+        probed_at: status
+            .capacity
+            .as_ref()
+            .and_then(|c| c.probed_at.as_ref())
+            .map(|t| t.0),
     }
 }
 
@@ -161,6 +166,7 @@ pub fn after_decision(
                 measured_at: decision.memory.capacity.map(|m| Time(m.at)),
                 measured_lower_bound: decision.memory.capacity.is_some_and(|m| m.lower_bound),
                 measured_confirmations: decision.memory.capacity.map_or(0, |m| m.confirmations),
+                probed_at: decision.memory.probed_at.map(Time),
             }),
             _ => previous.capacity.clone(),
         },

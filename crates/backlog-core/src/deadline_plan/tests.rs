@@ -64,6 +64,10 @@ fn inputs<'a>(
         cap: 16,
         economy_allowed: true,
         down_waits: &[],
+        capacity_is_lower_bound: false,
+        measurement_seconds: 0.0,
+        probed_seconds_ago: None,
+        changed_seconds_ago: None,
     }
 }
 
@@ -297,4 +301,44 @@ fn a_scale_down_keeps_a_way_back_to_the_recent_load() {
     };
     let p = plan(&stalled, &long);
     assert!(p.replicas < 3, "{p:?}");
+}
+
+#[test]
+fn idle_consumers_with_only_a_lower_bound_try_fewer_replicas() {
+    // 950/s over 12 idle replicas: 79/s each is all that is known. Even at that bound the
+    // 16 replicas asked for at the next decision would undo one replica's deficit in time,
+    // so one replica is tried: it keeps up, or its saturation measures the capacity.
+    let replay = recent(&[950.0; 24]);
+    let mut idle = inputs(&replay, 0.0, 0.0, 950.0, 12);
+    idle.per_replica_rate = 950.0 / 12.0;
+    assert_eq!(plan(&idle, &settings()).reason, PlanReason::Holding);
+    idle.capacity_is_lower_bound = true;
+    let p = plan(&idle, &settings());
+    assert_eq!((p.replicas, p.reason), (1, PlanReason::Probe), "{p:?}");
+    // With a shorter deadline, the fewest that still leave the way back.
+    let shorter = PlanSettings {
+        age_limit: 60.0,
+        ..settings()
+    };
+    let p = plan(&idle, &shorter);
+    assert_eq!(p.reason, PlanReason::Probe, "{p:?}");
+    assert!(p.replicas > 1 && p.replicas < 12, "{p:?}");
+    // When the cap only just completes λ at the bound, nothing could undo a deficit.
+    let mut at_cap = idle;
+    at_cap.current = 16;
+    at_cap.per_replica_rate = 950.0 / 16.0;
+    assert_ne!(plan(&at_cap, &settings()).reason, PlanReason::Probe);
+    // Work waiting means the consumers may be saturated already: no probe.
+    let mut busy = idle;
+    busy.queue = QueueNow {
+        backlog: 950.0 * 60.0,
+        oldest_age: 60.0,
+    };
+    assert_ne!(plan(&busy, &settings()).reason, PlanReason::Probe);
+    // A deadline that leaves no room at the bound: no probe either.
+    let tight = PlanSettings {
+        age_limit: 20.0,
+        ..settings()
+    };
+    assert_ne!(plan(&idle, &tight).reason, PlanReason::Probe);
 }
