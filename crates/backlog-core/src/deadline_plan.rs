@@ -66,7 +66,8 @@ pub struct PlanInputs<'a> {
     /// How long fewer replicas must run, saturated, before their completions are a
     /// measurement (pods, rebalance, the rate window settling, a poll to see it).
     pub measurement_seconds: f64,
-    /// Seconds since fewer replicas were last tried to learn the capacity.
+    /// Seconds since fewer replicas were last tried to learn the capacity: the try is held
+    /// until it could be measured.
     pub probed_seconds_ago: Option<f64>,
     /// Seconds since the replicas last changed.
     pub changed_seconds_ago: Option<f64>,
@@ -254,10 +255,9 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
         && inputs.queue.backlog <= lambda * settings.poll
         && f64::from(inputs.ready) * inputs.per_replica_rate >= KEEPS_UP_SHARE * lambda;
     // A probe costs two changes, so it is how a budget starts, not something it does at a
-    // load it has settled at: only before the budget changed the replicas for any other
-    // reason, and once (a probe that ended without a measurement, its consumers keeping up
-    // or never two polls behind, left a higher bound).
-    let started = inputs.changed_seconds_ago.is_some() || inputs.probed_seconds_ago.is_some();
+    // load it has settled at: only before the budget's first change (a probe is one, so it
+    // is tried once; one that ended without a measurement left a higher bound).
+    let started = inputs.changed_seconds_ago.is_some();
     if !inputs.capacity_is_lower_bound || !idle || started {
         return None;
     }
