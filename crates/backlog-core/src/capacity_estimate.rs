@@ -200,7 +200,11 @@ pub fn estimate(
         (Some(configured), bound) => Some(CapacityEstimate {
             per_replica_rate: configured.max(bound.map_or(0.0, |b| b.per_replica_rate)),
             source: CapacitySource::Configured,
-            measured: previous_stale.or(bound),
+            // Idle consumers completing more than the stale measurement prove it obsolete.
+            measured: match (previous_stale, bound) {
+                (Some(stale), Some(b)) if b.per_replica_rate > stale.per_replica_rate => Some(b),
+                (stale, b) => stale.or(b),
+            },
         }),
         (None, Some(bound)) => Some(CapacityEstimate {
             per_replica_rate: bound.per_replica_rate,
@@ -334,6 +338,28 @@ mod tests {
         slower.completion_rate = Some(400.0);
         let other = estimate(slower, stale.measured, at(start + 4860)).expect("estimate");
         assert_eq!(other.measured.map(|m| m.confirmations), Some(0));
+    }
+
+    #[test]
+    fn idle_consumers_faster_than_a_stale_measurement_replace_it() {
+        let mut busy = evidence(800.0, 8, true);
+        busy.configured = Some(200.0);
+        busy.stale_after_seconds = 600.0;
+        let slow = estimate(busy, None, at(0)).expect("estimate").measured;
+        let mut idle = busy;
+        idle.saturated = false;
+        // 4 idle replicas complete 600/s: 150/s each, more than the stale 100/s.
+        idle.ready_replicas = 4;
+        idle.completion_rate = Some(600.0);
+        let later = estimate(idle, slow, at(900)).expect("estimate");
+        assert_eq!(later.source, CapacitySource::Configured);
+        let kept = later.measured.expect("kept");
+        assert!(kept.lower_bound);
+        assert_eq!(kept.per_replica_rate, 150.0);
+        // Slower idle replicas leave the stale measurement in place, to be confirmed.
+        idle.completion_rate = Some(200.0);
+        let still = estimate(idle, slow, at(900)).expect("estimate");
+        assert_eq!(still.measured, slow);
     }
 
     #[test]
