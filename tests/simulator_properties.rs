@@ -42,6 +42,25 @@ budget:
     ))
 }
 
+/// The cheapest count that keeps up with `lambda` for good (a finite run's static count may
+/// fall behind slowly enough to end before the deadline).
+fn keep_up_optimum(lambda: f64, rate: f64, partitions: u32) -> u32 {
+    (1..=partitions)
+        .find(|k| group_capacity(*k, partitions, rate) >= lambda)
+        .unwrap_or(partitions)
+}
+
+/// The most replicas the timeline shows from `from` seconds on.
+fn highest_from(result: &SimulationResult, from: f64) -> u32 {
+    result
+        .timeline
+        .iter()
+        .filter(|row| row.t >= from)
+        .map(|row| row.replicas)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Replica changes in the timeline after `after` seconds.
 fn changes_after(result: &SimulationResult, after: f64) -> usize {
     result
@@ -87,19 +106,11 @@ proptest! {
         load in 0.1..0.45f64,
     ) {
         let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
-        let optimum = (1..=partitions)
-            .find(|k| group_capacity(*k, partitions, rate) >= lambda)
-            .unwrap_or(partitions);
+        let optimum = keep_up_optimum(lambda, rate, partitions);
         let start = (2 * optimum).min(partitions - 1);
         prop_assume!(start > optimum + 1);
         let result = simulate(&constant(lambda, rate, partitions, start, false), PolicyKind::Budget);
-        let highest = result
-            .timeline
-            .iter()
-            .filter(|row| row.t >= 30.0 * 60.0)
-            .map(|row| row.replicas)
-            .max()
-            .unwrap_or(0);
+        let highest = highest_from(&result, 30.0 * 60.0);
         prop_assert!(
             highest <= optimum + 1,
             "λ {lambda}/s, {rate}/s per replica, {partitions} partitions, start {start}: {highest} replicas after 30 minutes, the optimum is {optimum}"
@@ -139,18 +150,8 @@ budget:
 "#
         ));
         let result = simulate(&scenario, PolicyKind::Budget);
-        // The cheapest count that keeps up with the base load for good (a finite run's static
-        // count may fall behind slowly enough to end before the deadline).
-        let optimum = (1..=partitions)
-            .find(|k| group_capacity(*k, partitions, rate) >= base)
-            .unwrap_or(partitions);
-        let late: Vec<u32> = result
-            .timeline
-            .iter()
-            .filter(|row| row.t >= 50.0 * 60.0)
-            .map(|row| row.replicas)
-            .collect();
-        let highest = late.iter().copied().max().unwrap_or(0);
+        let optimum = keep_up_optimum(base, rate, partitions);
+        let highest = highest_from(&result, 50.0 * 60.0);
         prop_assert!(
             highest <= optimum + 1,
             "base {base}/s, {rate}/s per replica, {partitions} partitions: {highest} replicas 30 minutes after the burst, the constant optimum is {optimum}"
