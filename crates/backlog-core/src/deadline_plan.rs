@@ -133,7 +133,7 @@ const HOLD_AGE_SHARE: f64 = 0.9;
 const DOWN_AGE_SHARE: f64 = 0.7;
 /// Completions within this share of λ keep up with it (rates read through windows differ
 /// by a little).
-const KEEPS_UP_SHARE: f64 = 0.99;
+pub(crate) const KEEPS_UP_SHARE: f64 = 0.99;
 /// Economy must save at least this share of what the keep-up count costs over the dwell:
 /// less is within the error of the capacity estimate, and not worth two rebalances and an
 /// age near the warning fraction.

@@ -11,7 +11,7 @@ use super::capacity_estimate::{
 };
 use super::change_budget::{self, Allowance};
 use super::condition::{ConditionSpec, Truth};
-use super::deadline_plan::{Plan, PlanInputs, PlanReason, PlanSettings, plan};
+use super::deadline_plan::{KEEPS_UP_SHARE, Plan, PlanInputs, PlanReason, PlanSettings, plan};
 use super::demand_history::{self, DemandSample, Replay};
 use super::drain::{
     drain_seconds, drain_window, estimate_oldest_age, group_capacity, unbounded_replicas_for,
@@ -462,7 +462,7 @@ fn gather(
             keeping_up: match (completion_rate, produce_rate, used.scaling_backlog) {
                 (Some(completed), Some(lambda), Some(waiting)) => {
                     lambda > 0.0
-                        && completed >= 0.99 * lambda
+                        && completed >= KEEPS_UP_SHARE * lambda
                         && waiting <= lambda * config.poll_interval_seconds
                 }
                 _ => false,
