@@ -1059,7 +1059,7 @@ fn explain(
             " → {n} suffice: they keep the oldest age below {limit}, also if a recurring peak returns (predicted peak {peak})"
         ),
         PlanReason::Probe => format!(
-            " → trying {n} to learn what the consumers complete: the rate is only a lower bound while they idle, and even at it {n} keep the oldest age below {limit} until the next decision can act (predicted peak {peak})"
+            " → trying {n} to learn what the consumers complete: the rate is only a lower bound while they idle, and even at it the partition count, asked for once the try could be measured, keeps the oldest age below {limit} (predicted peak {peak})"
         ),
         PlanReason::CapFallsShort => format!(
             " → need more than {cap}: even {cap} let the oldest age reach {peak} (limit {limit})"
