@@ -269,15 +269,21 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
     // A probe undone before it is measured teaches nothing and costs two rebalances: it must
     // be able to last until its completions are a measurement.
     let lasts = inputs.measurement_seconds.max(2.0 * settings.poll);
+    // The backlog the try leaves must be gone within targetDrainTime of the way back being
+    // ready: a way back that only just keeps up at the bound would hold it for good.
+    let back_by = lasts + settings.pod_start + settings.rebalance + settings.drain_limit;
     planner
         .useful(inputs.floor, inputs.current.saturating_sub(1))
         .find(|&k| {
-            let outlook =
-                planner.predict_switching(k, way_back, lasts, &|_| lambda, settings.horizon);
+            let outlook = planner.predict_switching(
+                k,
+                way_back,
+                lasts,
+                &|_| lambda,
+                settings.horizon.max(back_by),
+            );
             outlook.peak_age <= down_limit
-                && outlook
-                    .drained_at
-                    .is_some_and(|t| t <= settings.drain_limit.max(settings.poll))
+                && outlook.end_backlog <= lambda * settings.poll
                 && planner.carries_returning_peaks(k, down_limit)
                 && planner.recovers_if_peak_returns(k, hold_limit)
         })

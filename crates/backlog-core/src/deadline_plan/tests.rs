@@ -326,8 +326,16 @@ fn idle_consumers_with_only_a_lower_bound_try_fewer_replicas() {
     // When the cap only just completes λ at the bound, nothing could undo a deficit.
     let mut at_cap = idle;
     at_cap.current = 16;
+    at_cap.ready = 16;
     at_cap.per_replica_rate = 950.0 / 16.0;
     assert_ne!(plan(&at_cap, &settings()).reason, PlanReason::Probe);
+    // Nor when it completes a hair more (a rate read through a window, or rounding): the
+    // deficit would take hours to drain, not targetDrainTime.
+    for surplus in [1e-12, 1e-3] {
+        at_cap.per_replica_rate = 950.0 / 16.0 * (1.0 + surplus);
+        let p = plan(&at_cap, &settings());
+        assert_ne!(p.reason, PlanReason::Probe, "surplus {surplus}: {p:?}");
+    }
     // Work waiting means the consumers may be saturated already: no probe.
     let mut busy = idle;
     busy.queue = QueueNow {
