@@ -71,7 +71,7 @@ fn changes_after(result: &SimulationResult, after: f64) -> usize {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// At a constant λ, whatever the starting count and the capacity, the replicas settle:
     /// at most two changes after the first stabilization window.

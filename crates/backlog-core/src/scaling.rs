@@ -451,22 +451,34 @@ fn gather(
         }
         _ => None,
     };
+    let busiest_consumer_shares =
+        partitions.map_or(f64::from(ready), |p| group_capacity(ready, p, 1.0));
+    // A busiest consumer falling behind by a share f since the replicas last changed holds an
+    // event at least f × that time old, while the others draining what a rebalance left can
+    // lift the group's completions to λ: only an age within the keep-up tolerance of that
+    // time shows it keeps up. Without an age query, the backlog as if all of it were the
+    // busiest's stands in (an upper bound of its age).
+    let evidence_seconds = memory
+        .last_change_at
+        .or(memory.demand.first().map(|run| run.at))
+        .map_or(0.0, |since| seconds_between(since, now).max(0.0));
+    let keeping_up = match (completion_rate, produce_rate, used.scaling_backlog) {
+        (Some(completed), Some(lambda), Some(waiting)) if lambda > 0.0 => {
+            let busiest_age = oldest_age.unwrap_or(waiting * busiest_consumer_shares / lambda);
+            completed >= KEEPS_UP_SHARE * lambda
+                && waiting <= lambda * config.poll_interval_seconds
+                && busiest_age <= (1.0 - KEEPS_UP_SHARE) * evidence_seconds
+        }
+        _ => false,
+    };
     let capacity = estimate_capacity(
         CapacityEvidence {
             configured: config.per_replica_rate,
             completion_rate,
             completed_at_least,
             ready_replicas: ready,
-            busiest_consumer_shares: partitions
-                .map_or(f64::from(ready), |p| group_capacity(ready, p, 1.0)),
-            keeping_up: match (completion_rate, produce_rate, used.scaling_backlog) {
-                (Some(completed), Some(lambda), Some(waiting)) => {
-                    lambda > 0.0
-                        && completed >= KEEPS_UP_SHARE * lambda
-                        && waiting <= lambda * config.poll_interval_seconds
-                }
-                _ => false,
-            },
+            busiest_consumer_shares,
+            keeping_up,
             saturated,
             settled,
             stale_after_seconds: 2.0 * config.scale_down_stabilization_seconds.max(300.0),

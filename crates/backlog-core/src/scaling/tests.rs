@@ -756,3 +756,34 @@ fn a_scale_down_waits_for_a_measurement_after_a_change() {
     let d = decide(&c, &busy, &settled, at(1000));
     assert!(d.recommendation < Some(12), "{}", d.explanation);
 }
+
+#[test]
+fn a_drain_does_not_pass_for_a_busiest_consumer_keeping_up() {
+    // 21 partitions over 4 replicas: the busiest owns 6 (3.5 replicas' worth of λ). A
+    // rebalance 135 s ago left a backlog that the other consumers drain, so the group
+    // completes 385/s of 380/s, while the oldest event, on the busiest consumer's
+    // partitions, grew to 20 s: it falls behind, and 385/3.5 = 110/s would overstate it.
+    let mut c = config();
+    c.per_replica_rate = None;
+    c.completion_rate_configured = true;
+    c.partitions = PartitionSource::Fixed(21);
+    let memory = ScalingMemory {
+        last_change_at: Some(at(0)),
+        ..ScalingMemory::default()
+    };
+    let mut draining = inputs(2157.0, 380.0, 20.0, 4);
+    draining.completion_rate = Some(value(385.0));
+    let d = decide(&c, &draining, &memory, at(135));
+    let bound = d.memory.capacity.map(|m| m.per_replica_rate);
+    assert_eq!(bound, Some(385.0 / 4.0), "{}", d.explanation);
+    // Five minutes after the change with the oldest event 1 s old, it keeps up: the busiest
+    // consumer completes its six partitions' share.
+    let mut keeping_up = inputs(200.0, 380.0, 1.0, 4);
+    keeping_up.completion_rate = Some(value(380.0));
+    let d = decide(&c, &keeping_up, &memory, at(300));
+    let bound = d.memory.capacity.map(|m| m.per_replica_rate);
+    assert!(
+        bound.is_some_and(|rate| (rate - 380.0 / 3.5).abs() < 1e-9),
+        "{bound:?}"
+    );
+}
