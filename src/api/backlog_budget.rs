@@ -664,6 +664,11 @@ pub struct LastScale {
     pub from: i32,
     pub to: i32,
     pub reason: String,
+    /// For a scale-up: the oldest age, in seconds, it was planned to stay under. The count
+    /// it asked for is held to that age while it turns the backlog, not asked to grow again
+    /// at every poll until its pods work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_limit_seconds: Option<f64>,
 }
 
 /// A recommendation waiting out its stabilization window.

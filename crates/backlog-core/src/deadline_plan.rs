@@ -71,6 +71,9 @@ pub struct PlanInputs<'a> {
     pub probed_seconds_ago: Option<f64>,
     /// Seconds since the replicas last changed.
     pub changed_seconds_ago: Option<f64>,
+    /// The oldest age the last change was asked to stay under, when it raised the replicas
+    /// (a scale-up's `Plan::up_limit`).
+    pub raised_under: Option<f64>,
 }
 
 /// The budget's limits and the workload's reaction times, in seconds.
@@ -124,6 +127,9 @@ pub struct Plan {
     /// The predicted trajectory of the plan at today's λ: the chosen count, and the keep-up
     /// count from the next decision when the chosen one falls behind.
     pub outlook: Outlook,
+    /// The oldest age a scale-up asked for now is planned to stay under; the count it asks
+    /// for is held to it, not to the hold limit, while that count turns the age.
+    pub up_limit: f64,
 }
 
 /// Share of the age limit a plan may use when it is entered by a scale-up or held.
@@ -146,7 +152,18 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
         return planner.outcome(planner.fullest().max(current), PlanReason::Recovering);
     }
     let hold_limit = HOLD_AGE_SHARE * settings.age_limit;
-    let holds = planner.holds(current, hold_limit);
+    // A scale-up asked for when the age is near the limit lets it grow for a reaction time
+    // before the new pods work (`up_limit`). The count it asked for is judged by the limit it
+    // was asked under while it completes more than arrives: by the lower one, the age it was
+    // allowed would ask for more at every poll, each ask another rebalance that delays the
+    // turn. An age that passes that limit, or past the hold limit at a count not asked for by
+    // a scale-up, asks for more whatever the model says: the model may be what is wrong.
+    let up_limit = planner.up_limit();
+    let asked_under = inputs
+        .raised_under
+        .filter(|_| planner.capacity(current) >= inputs.produce_rate)
+        .map_or(hold_limit, |limit| limit.max(hold_limit));
+    let holds = planner.holds(current, asked_under);
     // A probe is held until it is measured, unless the deadline needs more: undone earlier
     // it taught nothing for its two rebalances.
     let probing = inputs.capacity_is_lower_bound
@@ -165,8 +182,7 @@ pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
         return planner.outcome(lower, PlanReason::ScaleDown);
     }
     // A scale-up that comes when the age is already past the limit must stop its growth
-    // once the new pods work; no count can undo the age events already have.
-    let up_limit = hold_limit.max(inputs.queue.oldest_age + planner.reaction_seconds());
+    // once the new pods work (`up_limit`); no count can undo the age events already have.
     let keep_up_cost = planner.keep_up_count().map(|k| planner.cost(k, hold_limit));
     let higher = planner
         .useful(current.saturating_add(1), inputs.cap)
@@ -580,6 +596,14 @@ impl Planner<'_, '_> {
             .clamp(0.0, self.settings.down_delay)
     }
 
+    /// The oldest age a scale-up asked for now may let pass: the hold limit, or the age now
+    /// plus the reaction time when it is later than that (no count can undo the age events
+    /// already have, nor work before it has started).
+    fn up_limit(&self) -> f64 {
+        (HOLD_AGE_SHARE * self.settings.age_limit)
+            .max(self.inputs.queue.oldest_age + self.reaction_seconds())
+    }
+
     fn outcome(&self, replicas: u32, reason: PlanReason) -> Plan {
         let lambda = self.inputs.produce_rate;
         let keep_up = self.keep_up_count();
@@ -604,6 +628,7 @@ impl Planner<'_, '_> {
             falls_behind,
             keep_up,
             outlook,
+            up_limit: self.up_limit(),
         }
     }
 }

@@ -101,6 +101,10 @@ pub struct ScalingMemory {
     pub windows: Windows,
     /// When the replicas last changed (status.lastScale.at).
     pub last_change_at: Option<Timestamp>,
+    /// Whether that change raised the replicas (status.lastScale: to > from).
+    pub last_change_raised: bool,
+    /// The oldest age that raise was asked to stay under (status.lastScale.ageLimitSeconds).
+    pub raised_under: Option<f64>,
     /// When the replicas changed in the last hour, oldest first (status.recentScaleChanges).
     pub recent_changes: Vec<Timestamp>,
     /// λ of the recent past, as runs of about the same rate (status.recentDemand).
@@ -404,9 +408,14 @@ fn gather(
     // they complete in two polls, every partition has some, and the rate window saw no
     // change of replicas (right after one it mixes two capacities and reads low).
     // Pods asked for by a scale-up join the group only once started: the settling counts
-    // from then (the last pod start seen; after a scale-down it only waits longer).
+    // from then (the last pod start seen). A scale-down starts nothing: waiting for a pod
+    // start there can outlast a short deadline, and the count is never measured.
     let changed_lately = memory.last_change_at.is_some_and(|at| {
-        let started = memory.pod_start_seconds.unwrap_or(0.0).max(0.0);
+        let started = if memory.last_change_raised {
+            memory.pod_start_seconds.unwrap_or(0.0).max(0.0)
+        } else {
+            0.0
+        };
         seconds_between(at, now) < started + measurement_settle_seconds(config)
     });
     let settled = ready == current && !changed_lately;
@@ -710,6 +719,7 @@ fn scale(
             measurement_seconds,
             probed_seconds_ago: memory.probed_at.map(|at| seconds_between(at, now)),
             changed_seconds_ago: memory.last_change_at.map(|at| seconds_between(at, now)),
+            raised_under: memory.raised_under.filter(|_| memory.last_change_raised),
         },
         &settings,
     );
@@ -917,6 +927,16 @@ fn scale(
                 Some(now)
             } else {
                 memory.last_change_at
+            },
+            last_change_raised: if target != current {
+                target > current
+            } else {
+                memory.last_change_raised
+            },
+            raised_under: match target.cmp(&current) {
+                std::cmp::Ordering::Greater => Some(planned.up_limit),
+                std::cmp::Ordering::Less => None,
+                std::cmp::Ordering::Equal => memory.raised_under,
             },
             recent_changes: {
                 let mut recent = change_budget::within_hour(&memory.recent_changes, now);

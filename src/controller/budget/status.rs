@@ -51,6 +51,13 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
             down: status.scale_down_window.iter().map(pending_of).collect(),
         },
         last_change_at: status.last_scale.as_ref().map(|s| s.at.0),
+        last_change_raised: status.last_scale.as_ref().is_some_and(|s| s.to > s.from),
+        raised_under: status
+            .last_scale
+            .as_ref()
+            .filter(|s| s.to > s.from)
+            .and_then(|s| s.age_limit_seconds)
+            .filter(|limit| limit.is_finite()),
         recent_changes: status.recent_scale_changes.iter().map(|t| t.0).collect(),
         demand: status
             .recent_demand
@@ -123,6 +130,10 @@ pub fn after_decision(
             from: to_i32(change.from),
             to: to_i32(change.to),
             reason: change.reason.clone(),
+            age_limit_seconds: decision
+                .memory
+                .raised_under
+                .filter(|_| change.to > change.from),
         }),
         None => previous.last_scale.clone(),
     };
@@ -324,6 +335,11 @@ mod tests {
             at(0),
         );
         let status = after_decision(&BacklogBudgetStatus::default(), &decision, Some(1), at(0));
+        // The age the scale-up was asked under comes back as the decision kept it.
+        let memory = memory_of(&status);
+        assert!(memory.last_change_raised);
+        assert!(memory.raised_under.is_some());
+        assert_eq!(memory.raised_under, decision.memory.raised_under);
         let last = status.last_scale.expect("scaled");
         assert_eq!(last.from, 2);
         assert!(last.to > 2);

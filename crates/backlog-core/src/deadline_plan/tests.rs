@@ -68,6 +68,7 @@ fn inputs<'a>(
         measurement_seconds: 0.0,
         probed_seconds_ago: None,
         changed_seconds_ago: None,
+        raised_under: None,
     }
 }
 
@@ -349,4 +350,28 @@ fn idle_consumers_with_only_a_lower_bound_try_fewer_replicas() {
         ..settings()
     };
     assert_ne!(plan(&idle, &tight).reason, PlanReason::Probe);
+}
+
+#[test]
+fn a_scale_up_is_held_to_the_age_it_was_asked_under_while_it_turns_the_age() {
+    // 4 replicas complete 1000/s of 950/s: they turn the age, slowly. It is 280 s, past the
+    // hold limit (270 s), because the scale-up to 4 was asked for at 250 s with 60 s to work.
+    let replay = recent(&[950.0; 24]);
+    let mut asked = inputs(&replay, 950.0 * 280.0, 280.0, 950.0, 4);
+    asked.raised_under = Some(250.0 + 60.0);
+    let p = plan(&asked, &settings());
+    assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding), "{p:?}");
+    // Not asked for by a scale-up, the same age asks for more: the model may be wrong.
+    let mut found = asked;
+    found.raised_under = None;
+    assert_eq!(plan(&found, &settings()).reason, PlanReason::ScaleUp);
+    // Past the age it was asked under, too.
+    let mut passed = asked;
+    passed.queue.oldest_age = 320.0;
+    assert_eq!(plan(&passed, &settings()).reason, PlanReason::ScaleUp);
+    // And a count that falls behind never turns the age: the hold limit.
+    let mut behind = asked;
+    behind.current = 3;
+    behind.ready = 3;
+    assert_eq!(plan(&behind, &settings()).reason, PlanReason::ScaleUp);
 }

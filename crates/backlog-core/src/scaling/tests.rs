@@ -787,3 +787,30 @@ fn a_drain_does_not_pass_for_a_busiest_consumer_keeping_up() {
         "{bound:?}"
     );
 }
+
+#[test]
+fn a_scale_down_is_measured_without_waiting_for_a_pod_start() {
+    // Pods took 90 s to start at the last scale-up; a scale-down starts none. 130 s after
+    // one, with work waiting all along, the completions are a measurement (settling is two
+    // rate windows and a rebalance); after a scale-up they are not yet.
+    let mut c = config();
+    c.per_replica_rate = None;
+    c.completion_rate_configured = true;
+    let mut busy = inputs(200_000.0, 1000.0, 120.0, 5);
+    busy.completion_rate = Some(value(750.0));
+    let down = ScalingMemory {
+        last_change_at: Some(at(0)),
+        last_change_raised: false,
+        pod_start_seconds: Some(90.0),
+        busy_since: Some(at(0)),
+        ..ScalingMemory::default()
+    };
+    let d = decide(&c, &busy, &down, at(130));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
+    let up = ScalingMemory {
+        last_change_raised: true,
+        ..down
+    };
+    let d = decide(&c, &busy, &up, at(130));
+    assert_ne!(d.used.capacity_source, Some(CapacitySource::Measured));
+}
