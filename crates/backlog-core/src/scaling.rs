@@ -103,7 +103,8 @@ pub struct ScalingMemory {
     pub last_change_at: Option<Timestamp>,
     /// Whether that change raised the replicas (status.lastScale: to > from).
     pub last_change_raised: bool,
-    /// The oldest age that raise was asked to stay under (status.lastScale.ageLimitSeconds).
+    /// The oldest age the last change was asked to stay under, only when it raised the
+    /// replicas (status.lastScale.ageLimitSeconds).
     pub raised_under: Option<f64>,
     /// When the replicas changed in the last hour, oldest first (status.recentScaleChanges).
     pub recent_changes: Vec<Timestamp>,
@@ -719,7 +720,7 @@ fn scale(
             measurement_seconds,
             probed_seconds_ago: memory.probed_at.map(|at| seconds_between(at, now)),
             changed_seconds_ago: memory.last_change_at.map(|at| seconds_between(at, now)),
-            raised_under: memory.raised_under.filter(|_| memory.last_change_raised),
+            raised_under: memory.raised_under,
         },
         &settings,
     );

@@ -130,10 +130,7 @@ pub fn after_decision(
             from: to_i32(change.from),
             to: to_i32(change.to),
             reason: change.reason.clone(),
-            age_limit_seconds: decision
-                .memory
-                .raised_under
-                .filter(|_| change.to > change.from),
+            age_limit_seconds: decision.memory.raised_under,
         }),
         None => previous.last_scale.clone(),
     };
