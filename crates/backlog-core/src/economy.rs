@@ -43,6 +43,11 @@ pub fn allowed(memory: &EconomyMemory, dwell_seconds: f64, now: Timestamp) -> bo
 /// The memory after a decision: `falls_behind` says whether the chosen count completes less
 /// than today's λ, `scaled_up` whether the decision raised the count, `load` is λ / the
 /// per-replica rate.
+///
+/// Any count held while it falls behind spends the room, also one the budget found running
+/// or raised to: a scale-up out of it at the same load closes economy like the end of a
+/// chosen one. Otherwise a budget that starts below the load would use the room once, then
+/// enter economy and use it again: two more changes at a constant load.
 pub fn record(
     memory: &EconomyMemory,
     falls_behind: bool,
