@@ -2,10 +2,10 @@
 //! object of its kind in scope, so at thousands of budgets the bookkeeping the API server
 //! attaches (managedFields, the last-applied annotation) would be most of the operator's memory.
 //! Applied to each watch event before its cache sees it. (Workloads are cached as their replica
-//! counts alone: [`super::budget::replica_counts`].)
+//! counts alone: [`super::budget::replica_counts`], control documents as their owners and
+//! text: [`super::budget::document_copy`].)
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
@@ -34,15 +34,6 @@ pub fn identity_only(meta: &mut ObjectMeta) {
         resource_version: meta.resource_version.take(),
         ..ObjectMeta::default()
     };
-}
-
-/// A control document's ConfigMap as the budget reads it: its data and owners, and what
-/// [`identity_only`] keeps.
-pub fn document(configmap: &mut ConfigMap) {
-    let owners = configmap.metadata.owner_references.take();
-    identity_only(&mut configmap.metadata);
-    configmap.metadata.owner_references = owners;
-    configmap.binary_data = None;
 }
 
 /// A budget as the controllers read it: its whole status only until the decision remembers
@@ -132,30 +123,6 @@ mod tests {
         }
         budget(&mut nothing_reported, remembers("u-2"));
         assert!(nothing_reported.status.is_none());
-    }
-
-    #[test]
-    fn a_slim_document_keeps_its_data_and_owners() {
-        let mut configmap: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "orders-control", "namespace": "shop", "resourceVersion": "9",
-                         "uid": "c-1", "labels": {"app.kubernetes.io/managed-by": "backlog-operator"},
-                         "ownerReferences": [{"apiVersion": "backlog.dev/v1alpha1", "kind": "BacklogBudget",
-                                              "name": "orders", "uid": "u-1"}],
-                         "managedFields": [{"manager": "backlog-operator", "operation": "Apply"}]},
-            "data": {"document": "{}"},
-        }))
-        .expect("a ConfigMap");
-        let full = configmap.clone();
-        document(&mut configmap);
-        assert_eq!(configmap.data, full.data);
-        assert_eq!(
-            configmap.metadata.owner_references,
-            full.metadata.owner_references
-        );
-        assert_eq!(configmap.metadata.resource_version.as_deref(), Some("9"));
-        assert_eq!(configmap.metadata.name, full.metadata.name);
-        assert!(configmap.metadata.labels.is_none());
-        assert!(configmap.metadata.managed_fields.is_none());
     }
 
     #[test]

@@ -35,6 +35,8 @@ use crate::consumer::{
 };
 use crate::controller::apply::FIELD_MANAGER;
 
+use super::document_copy::DocumentCopy;
+
 /// True when the ConfigMap holds the document for the current spec and class states.
 pub const CONTROL_DOCUMENT_PUBLISHED: &str = "ControlDocumentPublished";
 
@@ -231,12 +233,15 @@ pub enum ConfigMapFact {
 
 impl ConfigMapFact {
     /// The fact of a ConfigMap read for the budget with `uid`.
-    pub fn of(configmap: Option<&ConfigMap>, uid: Option<&str>) -> ConfigMapFact {
-        match configmap {
+    pub fn of(copy: Option<&DocumentCopy>, uid: Option<&str>) -> ConfigMapFact {
+        match copy {
             None => ConfigMapFact::Absent,
-            Some(configmap) => ConfigMapFact::Present {
-                owned: uid.is_some_and(|uid| owned_by(configmap, uid)),
-                document: document_of(configmap).map(Box::new),
+            Some(copy) => ConfigMapFact::Present {
+                owned: uid.is_some_and(|uid| copy.owned_by(uid)),
+                document: copy
+                    .text()
+                    .and_then(|text| ControlDocument::parse_and_validate(text).ok())
+                    .map(Box::new),
             },
         }
     }
@@ -270,15 +275,6 @@ pub fn resolve_policy(
             ),
         },
     }
-}
-
-fn owned_by(configmap: &ConfigMap, uid: &str) -> bool {
-    configmap
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|owner| owner.uid == uid)
 }
 
 /// Decides what to publish for `status` (pure). A read that failed leaves the document as it
@@ -593,8 +589,9 @@ mod tests {
             ..OwnerReference::default()
         };
         let cm = configmap("orders-control", "shop", owner, "orders", "{}".into());
-        assert!(owned_by(&cm, "u-1"));
-        assert!(!owned_by(&cm, "u-2"));
+        let copy = DocumentCopy::of(&cm);
+        assert!(copy.owned_by("u-1"));
+        assert!(!copy.owned_by("u-2"));
         assert_eq!(
             cm.metadata
                 .labels

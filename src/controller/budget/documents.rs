@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -25,13 +25,14 @@ use tracing::{debug, info, warn};
 use super::control_document::MANAGED_BY_LABEL;
 use crate::controller::apply::FIELD_MANAGER;
 use crate::controller::error::{Persistence, persistence_of};
-use crate::controller::slim;
+
+use super::document_copy::DocumentCopy;
 
 /// What a namespace's watch knows about one ConfigMap.
 #[derive(Debug)]
 pub enum Cached {
-    /// The watch has listed: the ConfigMap as it is, or `None` when there is none.
-    Known(Option<Arc<ConfigMap>>),
+    /// The watch has listed: what the ConfigMap holds, or `None` when there is none.
+    Known(Option<Arc<DocumentCopy>>),
     /// The watch has not listed (yet, or again): ask the API server.
     Unknown,
 }
@@ -83,7 +84,7 @@ const LIST_PATIENCE: Duration = Duration::from_secs(10);
 /// The ConfigMaps one watch has seen, by name, and whether they are complete.
 #[derive(Default)]
 struct Cache {
-    objects: RwLock<HashMap<String, Arc<ConfigMap>>>,
+    objects: RwLock<HashMap<Box<str>, Arc<DocumentCopy>>>,
     listed: AtomicBool,
     /// Whether the watch has listed at least once, told to those who wait for it.
     has_listed_once: AtomicBool,
@@ -102,7 +103,7 @@ impl Cache {
         Cached::Known(objects.get(name).cloned())
     }
 
-    fn replace(&self, listed: HashMap<String, Arc<ConfigMap>>) {
+    fn replace(&self, listed: HashMap<Box<str>, Arc<DocumentCopy>>) {
         *self
             .objects
             .write()
@@ -112,18 +113,18 @@ impl Cache {
         self.listed_once.notify_waiters();
     }
 
-    fn put(&self, configmap: ConfigMap) {
+    fn put(&self, configmap: &ConfigMap) {
         self.objects
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(configmap.name_any(), Arc::new(configmap));
+            .insert(configmap.name_any().into(), copy_of(configmap));
     }
 
     fn remove(&self, configmap: &ConfigMap) {
         self.objects
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&configmap.name_any());
+            .remove(configmap.name_any().as_str());
     }
 
     fn forget(&self) {
@@ -178,21 +179,19 @@ async fn follow(api: Api<ConfigMap>, namespace: String, cache: Arc<Cache>) {
             wait = (wait * 2).min(RETRY_CAP);
             continue;
         }
-        let mut events = watcher(api.clone(), watcher::Config::default().labels(&selector))
-            .modify(slim::document)
-            .boxed();
+        let mut events = watcher(api.clone(), watcher::Config::default().labels(&selector)).boxed();
         let mut listing = HashMap::new();
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Init) => listing.clear(),
                 Ok(watcher::Event::InitApply(configmap)) => {
-                    listing.insert(configmap.name_any(), Arc::new(configmap));
+                    listing.insert(configmap.name_any().into(), copy_of(&configmap));
                 }
                 Ok(watcher::Event::InitDone) => {
                     cache.replace(std::mem::take(&mut listing));
                     wait = RETRY_FIRST;
                 }
-                Ok(watcher::Event::Apply(configmap)) => cache.put(configmap),
+                Ok(watcher::Event::Apply(configmap)) => cache.put(&configmap),
                 Ok(watcher::Event::Delete(configmap)) => cache.remove(&configmap),
                 Err(error) => {
                     report(&namespace, &error, wait);
@@ -204,6 +203,10 @@ async fn follow(api: Api<ConfigMap>, namespace: String, cache: Arc<Cache>) {
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(RETRY_CAP);
     }
+}
+
+fn copy_of(configmap: &ConfigMap) -> Arc<DocumentCopy> {
+    Arc::new(DocumentCopy::of(configmap))
 }
 
 fn report(namespace: &str, error: &watcher::Error, retry_in: Duration) {

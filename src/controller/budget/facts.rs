@@ -18,6 +18,7 @@ use crate::controller::error::Error;
 
 use super::classes::ClassObservations;
 use super::control_document::{ConfigMapFact, PolicyFact, configmap_name, resolve_policy};
+use super::document_copy::DocumentCopy;
 use super::documents::Cached;
 use super::grouping::{GroupingReport, report};
 use super::inputs::{MetricObservations, observe_classes, observe_metrics, prometheus_address};
@@ -155,14 +156,15 @@ async fn read_configmap(
 ) -> ConfigMapFact {
     let name = configmap_name(&budget.name_any());
     if let Cached::Known(found) = ctx.documents.get(namespace, &name).await {
-        let found = own_write_over_lag(found, own_document);
+        let found = own_write_over_lag(found, own_document.as_deref());
         return ConfigMapFact::of(found.as_deref(), budget.uid().as_deref());
     }
     let api: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), namespace);
     match api.get_opt(&name).await {
         // A document still waiting to be written is what the ConfigMap is about to hold.
         Ok(found) => {
-            let found = own_write_over_lag(found.map(Arc::new), own_document);
+            let found = found.map(|configmap| Arc::new(DocumentCopy::of(&configmap)));
+            let found = own_write_over_lag(found, own_document.as_deref());
             ConfigMapFact::of(found.as_deref(), budget.uid().as_deref())
         }
         Err(error) => ConfigMapFact::Unreadable(error),
@@ -172,51 +174,55 @@ async fn read_configmap(
 /// What the watch shows of the ConfigMap, or what this process is writing there or just wrote
 /// ([`super::document_writes`]) when the watch does not show that yet (pure).
 fn own_write_over_lag(
-    found: Option<Arc<ConfigMap>>,
-    own_document: Option<Arc<ConfigMap>>,
-) -> Option<Arc<ConfigMap>> {
-    let Some(own) = own_document else {
+    found: Option<Arc<DocumentCopy>>,
+    own_document: Option<&ConfigMap>,
+) -> Option<Arc<DocumentCopy>> {
+    let Some(own) = own_document.map(DocumentCopy::of) else {
         return found;
     };
-    let shows_it = found
-        .as_ref()
-        .is_some_and(|configmap| configmap.data == own.data);
-    if shows_it { found } else { Some(own) }
+    let shows_it = found.as_ref().is_some_and(|copy| copy.text() == own.text());
+    if shows_it { found } else { Some(Arc::new(own)) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consumer::CONTROL_DOCUMENT_CONFIGMAP_KEY;
 
-    fn configmap(document: &str) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            data: Some([("document".to_owned(), document.to_owned())].into()),
+    fn configmap(document: &str) -> ConfigMap {
+        ConfigMap {
+            data: Some(
+                [(
+                    CONTROL_DOCUMENT_CONFIGMAP_KEY.to_owned(),
+                    document.to_owned(),
+                )]
+                .into(),
+            ),
             ..ConfigMap::default()
-        })
+        }
+    }
+
+    fn copy(document: &str) -> Option<Arc<DocumentCopy>> {
+        Some(Arc::new(DocumentCopy::of(&configmap(document))))
     }
 
     #[test]
     fn our_own_write_counts_until_the_watch_shows_it() {
+        let rev_2 = configmap("rev 2");
         // The watch has not delivered the write: absent or the old revision.
+        assert_eq!(own_write_over_lag(None, Some(&rev_2)), copy("rev 2"));
         assert_eq!(
-            own_write_over_lag(None, Some(configmap("rev 2"))),
-            Some(configmap("rev 2"))
-        );
-        assert_eq!(
-            own_write_over_lag(Some(configmap("rev 1")), Some(configmap("rev 2"))),
-            Some(configmap("rev 2"))
+            own_write_over_lag(copy("rev 1"), Some(&rev_2)),
+            copy("rev 2")
         );
         // It has.
         assert_eq!(
-            own_write_over_lag(Some(configmap("rev 2")), Some(configmap("rev 2"))),
-            Some(configmap("rev 2"))
+            own_write_over_lag(copy("rev 2"), Some(&rev_2)),
+            copy("rev 2")
         );
         // No write of ours counts (none, or past its grace): the watch is right, also when the
         // ConfigMap was deleted or edited by someone else.
         assert_eq!(own_write_over_lag(None, None), None);
-        assert_eq!(
-            own_write_over_lag(Some(configmap("edited")), None),
-            Some(configmap("edited"))
-        );
+        assert_eq!(own_write_over_lag(copy("edited"), None), copy("edited"));
     }
 }

@@ -6,6 +6,7 @@ pub mod classes;
 mod conflict;
 pub mod control_document;
 pub mod decide;
+pub mod document_copy;
 pub mod document_writes;
 pub mod documents;
 pub mod facts;

@@ -9,6 +9,7 @@ use crate::api::backlog_budget::ClassState;
 use crate::api::conditions::find;
 use crate::controller::budget::classes::ClassObservations;
 use crate::controller::budget::control_document::{ConfigMapFact, PolicySource};
+use crate::controller::budget::document_copy::DocumentCopy;
 use crate::controller::budget::facts::Observed;
 use crate::controller::budget::inputs::MetricObservations;
 use crate::controller::budget::target::{TargetProblem, Workload};
@@ -116,7 +117,8 @@ impl World {
     fn facts(&self, observed: BudgetFacts) -> BudgetFacts {
         let mut facts = observed;
         if let BudgetFacts::Observed(observed) = &mut facts {
-            observed.configmap = ConfigMapFact::of(self.configmap.as_ref(), Some("u-1"));
+            let copy = self.configmap.as_ref().map(DocumentCopy::of);
+            observed.configmap = ConfigMapFact::of(copy.as_ref(), Some("u-1"));
         }
         facts
     }
