@@ -143,6 +143,7 @@ impl DocumentWrites {
         };
         if !counts && matches!(record.state, State::Written(_)) {
             records.by_budget.remove(&key);
+            release_spare_room(&mut records.by_budget);
             return None;
         }
         (counts && record.uid.as_deref() == uid).then(|| Arc::clone(&record.wanted))
@@ -267,6 +268,18 @@ fn sweep(records: &mut Records, now: Timestamp) {
         State::Queued | State::Writing | State::Failed(_) => true,
     });
     records.after_sweep = records.by_budget.len();
+    release_spare_room(&mut records.by_budget);
+}
+
+/// Gives back the room a burst of writes left (a start with thousands of budgets writes every
+/// document at once, then next to none): a map keeps its largest size, and here that was
+/// about 200 bytes a budget for good. Shrinking only below a quarter, to twice the size,
+/// keeps it amortized constant work per removal.
+fn release_spare_room(by_budget: &mut HashMap<BudgetKey, Record>) {
+    let len = by_budget.len();
+    if by_budget.capacity() > 64 && len < by_budget.capacity() / 4 {
+        by_budget.shrink_to(2 * len);
+    }
 }
 
 #[cfg(test)]
