@@ -482,6 +482,12 @@ fn by_value(series: Vec<(String, f64)>) -> HashMap<String, Vec<f64>> {
     for (value, sample) in series {
         groups.entry(value).or_default().push(sample);
     }
+    // Almost every value has one sample; a first push leaves room for four, and the answer is
+    // kept for a poll (at 10,000 budgets, three answers of 10,000 values each).
+    for samples in groups.values_mut() {
+        samples.shrink_to_fit();
+    }
+    groups.shrink_to_fit();
     groups
 }
 
