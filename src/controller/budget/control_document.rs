@@ -137,11 +137,7 @@ pub fn build(
 /// The document read back from a ConfigMap; `None` when absent or not a valid document (it is
 /// then rewritten whole).
 pub fn document_of(configmap: &ConfigMap) -> Option<ControlDocument> {
-    let json = configmap
-        .data
-        .as_ref()?
-        .get(CONTROL_DOCUMENT_CONFIGMAP_KEY)?;
-    ControlDocument::parse_and_validate(json).ok()
+    DocumentCopy::of(configmap).document()
 }
 
 /// The ConfigMap holding `document` (pure).
@@ -238,10 +234,7 @@ impl ConfigMapFact {
             None => ConfigMapFact::Absent,
             Some(copy) => ConfigMapFact::Present {
                 owned: uid.is_some_and(|uid| copy.owned_by(uid)),
-                document: copy
-                    .text()
-                    .and_then(|text| ControlDocument::parse_and_validate(text).ok())
-                    .map(Box::new),
+                document: copy.document().map(Box::new),
             },
         }
     }

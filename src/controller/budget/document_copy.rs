@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::consumer::CONTROL_DOCUMENT_CONFIGMAP_KEY;
+use crate::consumer::{CONTROL_DOCUMENT_CONFIGMAP_KEY, ControlDocument};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DocumentCopy {
@@ -38,6 +38,12 @@ impl DocumentCopy {
 
     pub fn text(&self) -> Option<&str> {
         self.text.as_deref()
+    }
+
+    /// The document the text holds; `None` when there is none or it is not a valid document
+    /// (it is then rewritten whole).
+    pub fn document(&self) -> Option<ControlDocument> {
+        ControlDocument::parse_and_validate(self.text()?).ok()
     }
 }
 
