@@ -144,6 +144,9 @@ pub struct UsedValues {
     pub scaling_backlog: Option<f64>,
     pub produce_rate: Option<f64>,
     pub produce_rate_estimated: bool,
+    /// λ is the backlog's rise plus completions, well above the queried rate (whose window
+    /// has not caught up with a step).
+    pub produce_rate_from_backlog: bool,
     pub completion_rate: Option<f64>,
     pub retry_rate: Option<f64>,
     pub quarantine_rate: Option<f64>,
@@ -310,6 +313,9 @@ struct Values {
     backlog: f64,
     scaling_backlog: f64,
     produce_rate: f64,
+    /// λ as queried (or estimated without a query), before a rise the backlog shows replaces
+    /// it: the next poll tells a rising window by it.
+    queried_produce_rate: Option<f64>,
     oldest_age: f64,
     partitions: u32,
     per_replica_rate: f64,
@@ -534,6 +540,27 @@ fn gather(
         },
         (false, _, None) => None,
     };
+    let rising = match (config.produce_rate_configured, produce_rate, backlog) {
+        (true, Some(lambda), Some(b)) if settled => {
+            let completing_at_most = per_replica_rate
+                .zip(partitions)
+                .map(|(rate, p)| rate * f64::from(ready.min(p)));
+            arrivals_seen_rising(
+                memory.previous,
+                b,
+                lambda,
+                completion_rate,
+                completing_at_most,
+                now,
+            )
+        }
+        _ => None,
+    };
+    if rising.is_some() {
+        used.produce_rate_from_backlog = true;
+    }
+    let queried_produce_rate = produce_rate;
+    let produce_rate = rising.or(produce_rate);
     used.produce_rate = produce_rate;
     let oldest_age = match (config.oldest_age_configured, oldest_age) {
         (true, age) => age,
@@ -565,6 +592,7 @@ fn gather(
                 scaling_backlog: (backlog - paused_backlog).max(0.0),
                 backlog,
                 produce_rate,
+                queried_produce_rate,
                 oldest_age,
                 partitions,
                 per_replica_rate: rate,
@@ -581,6 +609,47 @@ fn gather(
         values,
         missing,
     }
+}
+
+/// How far the arrivals the backlog shows may exceed the queried λ before they replace it: a
+/// gauge sampled between commits wobbles by a fraction of λ, and that is not a step.
+const RISE_TOLERANCE: f64 = 0.25;
+
+/// How much the queried λ must have risen since the previous poll to show that a step up in
+/// arrivals has begun (a rate window's own wobble stays well below).
+const WINDOW_RISE: f64 = 0.1;
+
+/// λ as the backlog's rise since its previous sample shows it, when the queried λ has begun
+/// to rise and the backlog shows a step well above it: a rate window lags a step up for the
+/// whole window, while the rise plus what the consumers complete shows it within a poll.
+/// Completions are taken from the completion rate, but never above what the ready replicas
+/// complete at full speed: right after a scale-down its window still holds the larger
+/// group's work. A backlog that rises while the queried λ holds still is consumers slowing
+/// down (their completion window lags that fall too), not arrivals: the window stands. A
+/// fall is the consumers catching up, and the window is the safer reading of a falling λ.
+fn arrivals_seen_rising(
+    previous: Option<PreviousObservation>,
+    backlog: f64,
+    queried: f64,
+    completion_rate: Option<f64>,
+    completing_at_most: Option<f64>,
+    now: Timestamp,
+) -> Option<f64> {
+    let previous = previous?;
+    let elapsed = seconds_between(previous.value_since, now);
+    let window_rising = previous
+        .produce_rate
+        .is_some_and(|before| queried > before.max(0.0) * (1.0 + WINDOW_RISE));
+    if !window_rising || backlog <= previous.backlog || elapsed <= 0.0 {
+        return None;
+    }
+    let completing = match (completion_rate, completing_at_most) {
+        (Some(rate), Some(most)) => rate.min(most),
+        (rate, most) => rate.or(most)?,
+    }
+    .max(0.0);
+    let seen = completing + (backlog - previous.backlog) / elapsed;
+    (seen > queried.max(0.0) * (1.0 + RISE_TOLERANCE)).then_some(seen)
 }
 
 /// Time after a change of replicas before a completion rate reflects the new count: pods
@@ -629,7 +698,15 @@ fn scale(
 
     let window = demand_window_seconds(config);
     let min_run = demand_history::min_run_seconds(window, config.poll_interval_seconds);
-    let demand = demand_history::record(&memory.demand, lambda, now, window, min_run);
+    // The history keeps λ as queried: a rise the backlog shows first is this poll's news,
+    // and the window confirms it (or not) before it becomes a peak that may recur.
+    let demand = demand_history::record(
+        &memory.demand,
+        values.queried_produce_rate.unwrap_or(lambda),
+        now,
+        window,
+        min_run,
+    );
     let recent = Replay::new(&demand, now, window, config.poll_interval_seconds);
 
     // A hot partition (a backlog below a second of arrivals is in flight, not skew). When it
@@ -920,7 +997,7 @@ fn scale(
             previous: Some(PreviousObservation::next(
                 memory.previous.as_ref(),
                 values.backlog,
-                Some(lambda),
+                values.queried_produce_rate.or(Some(lambda)),
                 now,
             )),
             windows,
@@ -1055,6 +1132,8 @@ fn explain(
         si(lambda),
         if values.used.produce_rate_estimated {
             " (estimated)"
+        } else if values.used.produce_rate_from_backlog {
+            " (from the backlog's rise)"
         } else {
             ""
         },

@@ -814,3 +814,98 @@ fn a_scale_down_is_measured_without_waiting_for_a_pod_start() {
     let d = decide(&c, &busy, &up, at(130));
     assert_ne!(d.used.capacity_source, Some(CapacitySource::Measured));
 }
+
+/// 48 partitions at 400/s each, a two-minute deadline, pods that take 30 s to start and a
+/// 30 s rebalance: a reaction takes half the deadline, so a step up must be met in one change.
+fn tight_deadline_at_the_partition_cap() -> BudgetConfig {
+    BudgetConfig {
+        min_replicas: 2,
+        max_replicas: 96,
+        deadline_seconds: 120.0,
+        target_drain_seconds: 60.0,
+        scale_down_stabilization_seconds: 180.0,
+        rebalance_cost_seconds: 30.0,
+        per_replica_rate: Some(400.0),
+        partitions: PartitionSource::Fixed(48),
+        ..config()
+    }
+}
+
+fn with_completions(mut i: ScalingInputs, completed: f64) -> ScalingInputs {
+    i.completion_rate = Some(value(completed));
+    i
+}
+
+#[test]
+fn a_step_the_rate_window_lags_is_read_from_the_backlog_rise() {
+    let c = tight_deadline_at_the_partition_cap();
+    let steady = with_completions(inputs(10_800.0, 6249.0, 2.0, 16), 6400.0);
+    let first = decide(&c, &steady, &running_for_an_hour(), at(0));
+    assert_eq!(first.desired, 16, "{}", first.explanation);
+    // 15 s later the one-minute window shows a quarter of the step, the backlog all of it:
+    // 110k more waiting while 6.4k/s completed is 13.7k/s arriving.
+    let stepped = with_completions(inputs(121_290.0, 8128.0, 5.0, 16), 6400.0);
+    let second = decide(&c, &stepped, &first.memory, at(15));
+    // Read from the window (8.1k/s), 24 looked enough; a second step would follow at the
+    // next poll, and its rebalance would stop the group again while the backlog piles up.
+    assert_eq!(second.desired, 48, "{}", second.explanation);
+    let lambda = second.used.produce_rate.unwrap_or_default();
+    assert!((lambda - 13_766.0).abs() < 1.0, "{lambda}");
+    assert!(second.used.produce_rate_from_backlog);
+    assert!(
+        second.explanation.contains("from the backlog's rise"),
+        "{}",
+        second.explanation
+    );
+    // The trend kept for the next poll is the window's, so a rising window is still told.
+    assert_eq!(
+        second.memory.previous.and_then(|p| p.produce_rate),
+        Some(8128.0)
+    );
+}
+
+#[test]
+fn a_backlog_rising_under_a_still_window_is_slower_consumers_not_arrivals() {
+    let c = tight_deadline_at_the_partition_cap();
+    let steady = with_completions(inputs(10_800.0, 6249.0, 2.0, 16), 6400.0);
+    let first = decide(&c, &steady, &running_for_an_hour(), at(0));
+    // The consumers slowed: the backlog rises while λ holds; the completion window still
+    // shows the old speed, so rise + completions would overstate λ by the slowdown.
+    let slowed = with_completions(inputs(60_000.0, 6249.0, 8.0, 16), 6400.0);
+    let second = decide(&c, &slowed, &first.memory, at(15));
+    assert_eq!(second.used.produce_rate, Some(6249.0));
+    assert!(!second.used.produce_rate_from_backlog);
+}
+
+#[test]
+fn arrivals_seen_rising_counts_no_more_completions_than_the_ready_replicas_make() {
+    let previous = PreviousObservation {
+        at: at(0),
+        backlog: 0.0,
+        produce_rate: Some(1000.0),
+        value_since: at(0),
+    };
+    // Right after a scale-down the completion window still shows 3000/s, but the 2 ready
+    // replicas complete at most 800/s: 10 s of 1500/s growth is 2300/s arriving, not 4500.
+    let seen = arrivals_seen_rising(
+        Some(previous),
+        15_000.0,
+        1500.0,
+        Some(3000.0),
+        Some(800.0),
+        at(10),
+    );
+    assert_eq!(seen, Some(2300.0));
+    // A rise within the tolerance of the queried λ is the gauge's wobble.
+    let wobble = arrivals_seen_rising(Some(previous), 2_000.0, 1500.0, Some(1500.0), None, at(10));
+    assert_eq!(wobble, None);
+    // A falling backlog says nothing about a step up.
+    let falling = PreviousObservation {
+        backlog: 50_000.0,
+        ..previous
+    };
+    assert_eq!(
+        arrivals_seen_rising(Some(falling), 40_000.0, 1500.0, Some(3000.0), None, at(10)),
+        None
+    );
+}
