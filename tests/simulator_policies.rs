@@ -55,6 +55,7 @@ fn the_issue_scenarios_are_all_there() {
         "tight-deadline",
         "near-partition-cap",
         "hot-partition",
+        "standing-queue-spike",
     ] {
         assert!(
             names.iter().any(|n| n == expected),

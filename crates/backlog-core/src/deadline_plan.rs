@@ -27,7 +27,10 @@
 //! - Past the critical fraction of the deadline, the cap until the age is back.
 //!
 //! `targetDrainTime` bounds how long the events waiting now may wait: every plan completes
-//! them within it. It is not the speed every backlog is drained at.
+//! them within it. It is not the speed every backlog is drained at. A queue that a count
+//! only just keeps up with may stay behind them, but only while its age leaves a spike the
+//! time a reaction takes (two polls, a pod start, a rebalance) before the critical age;
+//! otherwise it must be gone within `targetDrainTime`.
 
 use super::demand_history::Replay;
 use super::drain::{group_capacity, skewed_group_capacity};
@@ -430,7 +433,11 @@ impl Planner<'_, '_> {
             Some(next) if next >= self.inputs.cap && self.capacity(next) <= lambda => {
                 current >= self.inputs.cap
             }
-            Some(next) => self.keeps_then(current, next.max(current), &|_| lambda, limit, horizon),
+            Some(next) => {
+                let then = next.max(current);
+                self.keeps_then(current, then, &|_| lambda, limit, horizon)
+                    && (self.capacity(current) < lambda || self.leaves_room_to_react(current, then))
+            }
             // A load the cap cannot carry on average ages the backlog at every count: each
             // second below the cap only makes the breach bigger.
             None if self.recent_mean() >= self.capacity(self.inputs.cap) => {
@@ -444,6 +451,21 @@ impl Planner<'_, '_> {
                 horizon,
             ),
         }
+    }
+
+    /// Running `now` until the next decision and `then` from it leaves a spike the time a
+    /// reaction takes before the critical age: the queue is gone by the drain limit (no more
+    /// than a poll's arrivals wait), or the age it keeps is that far below the critical age.
+    /// A count that only just keeps up completes the events waiting now, but the queue
+    /// behind them stays with its age; where a pod start and a rebalance are a large share
+    /// of the deadline, that age is room a spike would need.
+    fn leaves_room_to_react(&self, now: u32, then: u32) -> bool {
+        let lambda = self.inputs.produce_rate;
+        let poll = self.settings.poll;
+        let within = self.settings.drain_limit.max(poll);
+        let outlook = self.predict(now, then, &|_| lambda, within);
+        outlook.end_backlog <= lambda * poll
+            || outlook.end_age + self.reaction_seconds() <= self.settings.critical_age
     }
 
     /// From deciding to scale up until the new count works: the next decision may see data

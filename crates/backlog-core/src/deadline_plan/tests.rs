@@ -375,3 +375,45 @@ fn a_scale_up_is_held_to_the_age_it_was_asked_under_while_it_turns_the_age() {
     behind.ready = 3;
     assert_eq!(plan(&behind, &settings()).reason, PlanReason::ScaleUp);
 }
+
+/// A 2-minute deadline (limit 1 minute, critical at 96 s) with 30 s pod starts and 30 s
+/// rebalances: a reaction (two polls, a pod start, a rebalance) takes 90 s of it.
+fn tight_settings() -> PlanSettings {
+    PlanSettings {
+        age_limit: 60.0,
+        critical_age: 96.0,
+        drain_limit: 60.0,
+        pod_start: 30.0,
+        rebalance: 30.0,
+        horizon: 600.0,
+        ..settings()
+    }
+}
+
+#[test]
+fn a_standing_queue_that_leaves_a_spike_no_room_is_drained() {
+    // 4 replicas complete exactly the 1000/s arriving: the 45 s old queue would stand for
+    // good, and a spike would find 51 s of the 96 before the critical age, not the 90 s a
+    // reaction takes.
+    let replay = recent(&[1000.0; 24]);
+    let p = plan(
+        &inputs(&replay, 45_000.0, 45.0, 1000.0, 4),
+        &tight_settings(),
+    );
+    // No count drains it within the 60 s drain limit once it has started and rebalanced:
+    // the cap drains it fastest.
+    assert_eq!(
+        (p.replicas, p.reason),
+        (16, PlanReason::CapFallsShort),
+        "{p:?}"
+    );
+    assert_eq!(p.outlook.end_backlog, 0.0, "{p:?}");
+}
+
+#[test]
+fn a_standing_queue_that_leaves_room_to_react_is_held() {
+    // The same queue under a 10-minute deadline: 45 s of age leaves the reaction its time.
+    let replay = recent(&[1000.0; 24]);
+    let p = plan(&inputs(&replay, 45_000.0, 45.0, 1000.0, 4), &settings());
+    assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding), "{p:?}");
+}
