@@ -459,13 +459,19 @@ impl Planner<'_, '_> {
     /// A count that only just keeps up completes the events waiting now, but the queue
     /// behind them stays with its age; where a pod start and a rebalance are a large share
     /// of the deadline, that age is room a spike would need.
+    /// Where a reaction takes longer than the critical age even from an empty queue, no
+    /// queue leaves room and draining one buys nothing: the rule does not apply.
     fn leaves_room_to_react(&self, now: u32, then: u32) -> bool {
+        let reaction = self.reaction_seconds();
+        if reaction >= self.settings.critical_age {
+            return true;
+        }
         let lambda = self.inputs.produce_rate;
         let poll = self.settings.poll;
         let within = self.settings.drain_limit.max(poll);
         let outlook = self.predict(now, then, &|_| lambda, within);
         outlook.end_backlog <= lambda * poll
-            || outlook.end_age + self.reaction_seconds() <= self.settings.critical_age
+            || outlook.end_age + reaction <= self.settings.critical_age
     }
 
     /// From deciding to scale up until the new count works: the next decision may see data

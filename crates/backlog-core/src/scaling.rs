@@ -315,7 +315,7 @@ struct Values {
     produce_rate: f64,
     /// λ as queried (or estimated without a query), before a rise the backlog shows replaces
     /// it: the next poll tells a rising window by it.
-    queried_produce_rate: Option<f64>,
+    queried_produce_rate: f64,
     oldest_age: f64,
     partitions: u32,
     per_replica_rate: f64,
@@ -556,9 +556,7 @@ fn gather(
         }
         _ => None,
     };
-    if rising.is_some() {
-        used.produce_rate_from_backlog = true;
-    }
+    used.produce_rate_from_backlog = rising.is_some();
     let queried_produce_rate = produce_rate;
     let produce_rate = rising.or(produce_rate);
     used.produce_rate = produce_rate;
@@ -592,7 +590,7 @@ fn gather(
                 scaling_backlog: (backlog - paused_backlog).max(0.0),
                 backlog,
                 produce_rate,
-                queried_produce_rate,
+                queried_produce_rate: queried_produce_rate.unwrap_or(produce_rate),
                 oldest_age,
                 partitions,
                 per_replica_rate: rate,
@@ -702,7 +700,7 @@ fn scale(
     // and the window confirms it (or not) before it becomes a peak that may recur.
     let demand = demand_history::record(
         &memory.demand,
-        values.queried_produce_rate.unwrap_or(lambda),
+        values.queried_produce_rate,
         now,
         window,
         min_run,
@@ -997,7 +995,7 @@ fn scale(
             previous: Some(PreviousObservation::next(
                 memory.previous.as_ref(),
                 values.backlog,
-                values.queried_produce_rate.or(Some(lambda)),
+                Some(values.queried_produce_rate),
                 now,
             )),
             windows,

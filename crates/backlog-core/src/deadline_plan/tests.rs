@@ -417,3 +417,22 @@ fn a_standing_queue_that_leaves_room_to_react_is_held() {
     let p = plan(&inputs(&replay, 45_000.0, 45.0, 1000.0, 4), &settings());
     assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding), "{p:?}");
 }
+
+#[test]
+fn a_standing_queue_is_held_where_no_reaction_fits_the_deadline_anyway() {
+    // A 20 s deadline (critical at 16 s) with the 30 s pod start assumed before one is seen:
+    // even an empty queue leaves a spike no time, so draining this one buys nothing.
+    let short = PlanSettings {
+        age_limit: 10.0,
+        critical_age: 16.0,
+        drain_limit: 10.0,
+        poll: 1.0,
+        pod_start: 30.0,
+        rebalance: 0.33,
+        horizon: 60.0,
+        ..settings()
+    };
+    let replay = recent(&[1000.0; 24]);
+    let p = plan(&inputs(&replay, 5_000.0, 5.0, 1000.0, 4), &short);
+    assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding), "{p:?}");
+}
