@@ -459,6 +459,7 @@ impl Planner<'_, '_> {
     /// A count that only just keeps up completes the events waiting now, but the queue
     /// behind them stays with its age; where a pod start and a rebalance are a large share
     /// of the deadline, that age is room a spike would need.
+    ///
     /// Where a reaction takes longer than the critical age even from an empty queue, no
     /// queue leaves room and draining one buys nothing: the rule does not apply.
     fn leaves_room_to_react(&self, now: u32, then: u32) -> bool {

@@ -621,8 +621,7 @@ const WINDOW_RISE: f64 = 0.1;
 /// to rise and the backlog shows a step well above it: a rate window lags a step up for the
 /// whole window, while the rise plus what the consumers complete shows it within a poll.
 /// Completions are taken from the completion rate, but never above what the ready replicas
-/// complete at full speed: right after a scale-down its window still holds the larger
-/// group's work. A backlog that rises while the queried λ holds still is consumers slowing
+/// complete at full speed: a window can still hold the work of a larger group. A backlog that rises while the queried λ holds still is consumers slowing
 /// down (their completion window lags that fall too), not arrivals: the window stands. A
 /// fall is the consumers catching up, and the window is the safer reading of a falling λ.
 fn arrivals_seen_rising(
