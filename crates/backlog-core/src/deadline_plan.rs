@@ -149,6 +149,33 @@ pub(crate) const KEEPS_UP_SHARE: f64 = 0.99;
 const ECONOMY_MIN_SAVING: f64 = 0.1;
 
 pub fn plan(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
+    let planned = plan_for_queue(inputs, settings);
+    // A scale-up's limit follows the age once the age plus a reaction passes the hold limit
+    // (`up_limit`): no count can undo the age events already have. Past that point an older
+    // queue could be allowed fewer replicas than a younger one was asked for; it never is:
+    // it gets at least what the queue would get at that point.
+    let planner = Planner { inputs, settings };
+    let pivot = (HOLD_AGE_SHARE * settings.age_limit - planner.reaction_seconds()).max(0.0);
+    if inputs.queue.oldest_age <= pivot || planned.reason == PlanReason::Recovering {
+        return planned;
+    }
+    let younger_inputs = PlanInputs {
+        queue: QueueNow {
+            oldest_age: pivot,
+            ..inputs.queue
+        },
+        ..*inputs
+    };
+    let younger = plan_for_queue(&younger_inputs, settings);
+    if younger.replicas > planned.replicas {
+        planner.outcome(younger.replicas, younger.reason)
+    } else {
+        planned
+    }
+}
+
+/// The plan for the queue as it is.
+fn plan_for_queue(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     let planner = Planner { inputs, settings };
     let current = inputs.current;
     if inputs.queue.backlog > 0.0 && inputs.queue.oldest_age >= settings.critical_age {

@@ -909,3 +909,26 @@ fn arrivals_seen_rising_counts_no_more_completions_than_the_ready_replicas_make(
         None
     );
 }
+
+#[test]
+fn an_older_queue_gets_no_fewer_replicas_than_a_younger_one() {
+    // Nothing arrives and 777k wait; the warning limit is 862 s. At 436 s the budget needs 5
+    // to stay under it. At 972 s, past it, a scale-up may let the age grow for a reaction
+    // (no count undoes the age events have): 4 would stop the growth there, but an older
+    // queue must not get fewer replicas than a younger one.
+    let c = BudgetConfig {
+        max_replicas: 5,
+        deadline_seconds: 1724.0,
+        target_drain_seconds: 974.0,
+        scale_down_stabilization_seconds: 0.0,
+        per_replica_rate: Some(489.6),
+        reserved_retry_share: 0.48,
+        partitions: PartitionSource::Fixed(13),
+        ..config()
+    };
+    let memory = ScalingMemory::default();
+    let younger = decide(&c, &inputs(777_451.0, 0.0, 436.0, 1), &memory, at(0));
+    let older = decide(&c, &inputs(777_451.0, 0.0, 972.0, 1), &memory, at(0));
+    assert_eq!(younger.recommendation, Some(5), "{}", younger.explanation);
+    assert_eq!(older.recommendation, Some(5), "{}", older.explanation);
+}
