@@ -334,6 +334,7 @@ fn budget_skeleton(names: &BudgetFile, plan: &CapacityPlan) -> BacklogBudget {
             completion_rate: Some(format!(
                 "sum(rate(consumer_events_completed_total{{consumer=\"{deployment}\"}}[1m]))"
             )),
+            rate_window: None,
             retry_rate: None,
             quarantine_rate: None,
             partitions: None,

@@ -226,6 +226,14 @@ pub struct MetricQueries {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub completion_rate: Option<String>,
+    /// The window `produceRate` and `completionRate` average over (e.g. 5m for
+    /// `rate(…[5m])`). Default: the longest range in those queries, else 1m. After a change of
+    /// replicas the completion rate is trusted as capacity only once a whole window has passed,
+    /// so set it when the queries read a recording rule whose window the operator cannot see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = positive_duration("metrics.rateWindow"))]
+    pub rate_window: Option<String>,
     /// Retries per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]

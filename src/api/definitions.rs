@@ -5,6 +5,7 @@ use crate::core::budget_config::{
     AlertsDefinition, BudgetDefinition, CapacityDefinition, ScalingDefinition,
 };
 use crate::core::event_class::{ClassDefinition, PauseDefinition};
+use crate::core::promql_range::longest_range_seconds;
 use crate::core::retry_policy::{
     BackoffDefinition, ClassificationRule as RuleDefinition, RetryBudgetDefinition,
     RetryPolicyDefinition,
@@ -93,6 +94,12 @@ impl From<&BacklogBudgetSpec> for BudgetDefinition {
             oldest_age_queried: spec.metrics.oldest_unfinished_age.is_some(),
             produce_rate_queried: spec.metrics.produce_rate.is_some(),
             completion_rate_queried: spec.metrics.completion_rate.is_some(),
+            rate_window: spec.metrics.rate_window.clone(),
+            rate_queries_range_seconds: [&spec.metrics.produce_rate, &spec.metrics.completion_rate]
+                .into_iter()
+                .flatten()
+                .filter_map(|query| longest_range_seconds(query))
+                .reduce(f64::max),
             capacity: spec.capacity.as_ref().map(CapacityDefinition::from),
             scaling: ScalingDefinition::from(&spec.scaling),
             alerts: AlertsDefinition::from(&spec.alerts),
@@ -195,6 +202,25 @@ capacity: {perReplicaRate: 100}
         assert_eq!(config.reserved_retry_share, 0.1);
         assert_eq!(config.partitions, PartitionSource::Fixed(6));
         assert_eq!(config.max_step, 0);
+    }
+
+    #[test]
+    fn the_rate_window_is_stated_else_read_from_the_rate_queries_else_a_minute() {
+        let mut budget = spec(BASE);
+        assert_eq!(config(&budget).unwrap().rate_window_seconds, 60.0);
+        budget.metrics.produce_rate = Some("sum(rate(offsets[2m]))".into());
+        budget.metrics.completion_rate =
+            Some(r#"sum(rate(completed{path="[1h]"}[5m:15s]))"#.into());
+        assert_eq!(config(&budget).unwrap().rate_window_seconds, 300.0);
+        budget.metrics.rate_window = Some("30s".into());
+        assert_eq!(config(&budget).unwrap().rate_window_seconds, 30.0);
+        budget.metrics.rate_window = Some("a while".into());
+        assert!(
+            config(&budget)
+                .unwrap_err()
+                .to_string()
+                .contains("spec.metrics.rateWindow")
+        );
     }
 
     #[test]

@@ -29,6 +29,11 @@ pub struct BudgetDefinition {
     pub produce_rate_queried: bool,
     /// Whether `metrics.completionRate` is set.
     pub completion_rate_queried: bool,
+    /// `metrics.rateWindow`: the window the rate queries average over, as written.
+    pub rate_window: Option<String>,
+    /// The longest range selector in the rate queries, in seconds (see
+    /// [`crate::promql_range`]).
+    pub rate_queries_range_seconds: Option<f64>,
     pub capacity: Option<CapacityDefinition>,
     pub scaling: ScalingDefinition,
     pub alerts: AlertsDefinition,
@@ -160,7 +165,14 @@ pub struct BudgetConfig {
     pub oldest_age_configured: bool,
     pub produce_rate_configured: bool,
     pub completion_rate_configured: bool,
+    /// The window the produce and completion rates average over: `metrics.rateWindow`, else
+    /// the longest range in their queries, else [`DEFAULT_RATE_WINDOW_SECONDS`].
+    pub rate_window_seconds: f64,
 }
+
+/// The rate window assumed when neither `metrics.rateWindow` nor a range in the rate queries
+/// says: a typical `rate(…[1m])`.
+pub const DEFAULT_RATE_WINDOW_SECONDS: f64 = 60.0;
 
 /// A spec the operator cannot work with.
 #[derive(Clone, Debug, Error, PartialEq)]
@@ -292,6 +304,12 @@ impl BudgetConfig {
             oldest_age_configured: spec.oldest_age_queried,
             produce_rate_configured: spec.produce_rate_queried,
             completion_rate_configured: spec.completion_rate_queried,
+            rate_window_seconds: match &spec.rate_window {
+                Some(window) => positive_seconds("metrics.rateWindow", window)?,
+                None => spec
+                    .rate_queries_range_seconds
+                    .unwrap_or(DEFAULT_RATE_WINDOW_SECONDS),
+            },
         })
     }
 }
@@ -320,5 +338,6 @@ pub fn example() -> BudgetConfig {
         oldest_age_configured: true,
         produce_rate_configured: true,
         completion_rate_configured: false,
+        rate_window_seconds: DEFAULT_RATE_WINDOW_SECONDS,
     }
 }

@@ -26,6 +26,7 @@ pub mod leadership;
 pub mod metric_input;
 pub mod partition_skew;
 pub mod phase;
+pub mod promql_range;
 pub mod replay_plan;
 pub mod replay_scope;
 pub mod retry_budget;

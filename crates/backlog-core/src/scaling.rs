@@ -650,15 +650,17 @@ fn arrivals_seen_rising(
 }
 
 /// Time after a change of replicas before a completion rate reflects the new count: pods
-/// starting, the rebalance, then a whole typical one-minute rate window.
+/// starting, the rebalance, then a whole rate window.
 fn measurement_settle_seconds(config: &BudgetConfig) -> f64 {
     2.0 * rate_window_seconds(config) + config.rebalance_cost_seconds
 }
 
-/// The rate window the completion rate is assumed to span: a typical `rate(…[1m])`, and at
-/// least two polls.
+/// The window the completion rate spans (the budget's, from its queries), and at least two
+/// polls: a rate is only seen at polls.
 fn rate_window_seconds(config: &BudgetConfig) -> f64 {
-    60.0_f64.max(2.0 * config.poll_interval_seconds)
+    config
+        .rate_window_seconds
+        .max(2.0 * config.poll_interval_seconds)
 }
 
 fn missing_push(missing: &mut Vec<MissingInput>, field: &str, reason: &str) {

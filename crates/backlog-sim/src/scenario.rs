@@ -169,8 +169,8 @@ pub struct Model {
 
 impl SimBudget {
     /// The BacklogBudget this stands for: a fixed partition count and every query present
-    /// (the simulator measures everything).
-    pub fn to_definition(&self, partitions: u32) -> BudgetDefinition {
+    /// (the simulator measures everything), its rates read through `rate(…[rate_window])`.
+    pub fn to_definition(&self, partitions: u32, rate_window_seconds: f64) -> BudgetDefinition {
         BudgetDefinition {
             min_replicas: self.min_replicas,
             max_replicas: self.max_replicas,
@@ -181,6 +181,8 @@ impl SimBudget {
             oldest_age_queried: true,
             produce_rate_queried: true,
             completion_rate_queried: true,
+            rate_window: None,
+            rate_queries_range_seconds: Some(rate_window_seconds),
             capacity: self.capacity.clone(),
             scaling: self.scaling.clone(),
             alerts: self.alerts.clone(),
@@ -247,7 +249,8 @@ impl Scenario {
             }
             slowdowns.push((from, to, slowdown.factor));
         }
-        let budget_definition = self.budget.to_definition(self.partitions);
+        let rate_window = positive_seconds("rateWindow", &self.rate_window)?;
+        let budget_definition = self.budget.to_definition(self.partitions, rate_window);
         let budget = BudgetConfig::from_spec(&budget_definition)?;
         let step = positive_seconds("step", &self.step)?;
         let initial_replicas = self.initial_replicas.unwrap_or(budget.min_replicas);
@@ -274,7 +277,7 @@ impl Scenario {
             pod_start_delay: non_negative_seconds("podStartDelay", &self.pod_start_delay)?,
             rebalance_pause: non_negative_seconds("rebalancePause", &self.rebalance_pause)?,
             scrape_interval: positive_seconds("scrapeInterval", &self.scrape_interval)?,
-            rate_window: positive_seconds("rateWindow", &self.rate_window)?,
+            rate_window,
             budget,
             budget_definition,
             lag_threshold,

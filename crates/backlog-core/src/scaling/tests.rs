@@ -932,3 +932,30 @@ fn an_older_queue_gets_no_fewer_replicas_than_a_younger_one() {
     assert_eq!(younger.recommendation, Some(5), "{}", younger.explanation);
     assert_eq!(older.recommendation, Some(5), "{}", older.explanation);
 }
+
+#[test]
+fn completions_are_trusted_after_the_queries_own_rate_window() {
+    // 60 s after a scale-down, busy all along: with `rate(…[5s])` queries the window holds
+    // only the new count, so the completions measure it; read through `rate(…[1m])` they
+    // still mix in the count before the change.
+    let mut c = config();
+    c.per_replica_rate = None;
+    c.completion_rate_configured = true;
+    c.poll_interval_seconds = 1.0;
+    let mut busy = inputs(200_000.0, 1000.0, 120.0, 5);
+    busy.completion_rate = Some(value(750.0));
+    let down = ScalingMemory {
+        last_change_at: Some(at(0)),
+        last_change_raised: false,
+        busy_since: Some(at(0)),
+        ..ScalingMemory::default()
+    };
+    let short_window = BudgetConfig {
+        rate_window_seconds: 5.0,
+        ..c.clone()
+    };
+    let d = decide(&short_window, &busy, &down, at(60));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
+    let d = decide(&c, &busy, &down, at(60));
+    assert_ne!(d.used.capacity_source, Some(CapacitySource::Measured));
+}
