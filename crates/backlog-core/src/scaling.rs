@@ -134,6 +134,18 @@ impl ScalingMemory {
             && self.last_change_at.is_none()
             && self.windows == Windows::default()
     }
+
+    /// The budget has decided from data for less than `seconds` (its λ history begins
+    /// later than that ago) and has changed nothing. Its first poll's scale-down window is
+    /// its only one.
+    pub fn is_new_budget(&self, now: Timestamp, seconds: f64) -> bool {
+        self.last_change_at.is_none()
+            && self.windows.up.is_none()
+            && self
+                .demand
+                .first()
+                .is_none_or(|first| seconds_between(first.at, now) < seconds)
+    }
 }
 
 /// The numbers the decision used.
@@ -686,11 +698,16 @@ fn scale(
     let floor = config.min_replicas.min(cap);
     let partition_bound = values.partitions <= config.max_replicas;
     let bounded = current.clamp(floor, cap);
-    // A budget's first decision has no earlier recommendation to wait out (the HPA's rule for
-    // a new autoscaler): the replicas it finds were chosen by someone else, not by a load
-    // that may return, so a scale-down goes at once instead of after a whole window.
-    let down_window = if memory.is_first_decision() {
-        0.0
+    // A new budget has no earlier recommendation to wait out (the HPA's rule for a new
+    // autoscaler): the replicas it finds were chosen by someone else, not by a load that may
+    // return. But its rates may come from series younger than their window (a workload
+    // started with its budget), which Prometheus' rate() reads low: a scale-down waits one
+    // rate window from the first poll instead of a whole stabilization window.
+    let down_window = if memory.is_new_budget(
+        now,
+        rate_window_seconds(config) + config.poll_interval_seconds,
+    ) {
+        rate_window_seconds(config).min(config.scale_down_stabilization_seconds)
     } else {
         config.scale_down_stabilization_seconds
     };

@@ -294,9 +294,11 @@ fn replicas_above_the_cap_are_corrected_at_once() {
 }
 
 #[test]
-fn a_first_decision_scales_down_at_once() {
+fn a_new_budget_scales_down_after_one_rate_window() {
     // Nothing was decided before: the 10 replicas it finds were someone else's choice, and
     // no earlier recommendation is there to wait out (the HPA's rule for a new autoscaler).
+    // But the rates it reads may come from series younger than their window (read low), so
+    // the scale-down waits one rate window (60 s), not the whole 300 s window.
     let c = config();
     let first = decide(
         &c,
@@ -304,18 +306,34 @@ fn a_first_decision_scales_down_at_once() {
         &ScalingMemory::default(),
         at(0),
     );
-    assert_eq!(first.desired, 1, "{}", first.explanation);
-    // After that, a lower recommendation waits for the window again.
-    let steady = decide(&c, &inputs(0.0, 240.0, 1.0, 1), &first.memory, at(15));
-    assert!(!steady.memory.is_first_decision());
+    assert_eq!(first.desired, 10, "{}", first.explanation);
+    let mut memory = first.memory;
+    let mut scaled_down_at = None;
+    for now in (15..=60).step_by(15) {
+        let d = decide(&c, &inputs(0.0, 240.0, 1.0, 10), &memory, at(now));
+        memory = d.memory;
+        if d.desired < 10 {
+            assert_eq!(d.desired, 1, "{}", d.explanation);
+            scaled_down_at = Some(now);
+            break;
+        }
+    }
+    assert_eq!(scaled_down_at, Some(60));
+    // After that, a lower recommendation waits for the whole window again.
+    let steady = decide(&c, &inputs(0.0, 240.0, 1.0, 1), &memory, at(75));
     let up = decide(
         &c,
         &inputs(250_000.0, 900.0, 290.0, 1),
         &steady.memory,
-        at(30),
+        at(90),
     );
     assert!(up.desired > 1, "{}", up.explanation);
-    let down = decide(&c, &inputs(0.0, 240.0, 1.0, up.desired), &up.memory, at(45));
+    let down = decide(
+        &c,
+        &inputs(0.0, 240.0, 1.0, up.desired),
+        &up.memory,
+        at(105),
+    );
     assert_eq!(down.desired, up.desired, "{}", down.explanation);
 }
 
@@ -911,29 +929,6 @@ fn arrivals_seen_rising_counts_no_more_completions_than_the_ready_replicas_make(
 }
 
 #[test]
-fn an_older_queue_gets_no_fewer_replicas_than_a_younger_one() {
-    // Nothing arrives and 777k wait; the warning limit is 862 s. At 436 s the budget needs 5
-    // to stay under it. At 972 s, past it, a scale-up may let the age grow for a reaction
-    // (no count undoes the age events have): 4 would stop the growth there, but an older
-    // queue must not get fewer replicas than a younger one.
-    let c = BudgetConfig {
-        max_replicas: 5,
-        deadline_seconds: 1724.0,
-        target_drain_seconds: 974.0,
-        scale_down_stabilization_seconds: 0.0,
-        per_replica_rate: Some(489.6),
-        reserved_retry_share: 0.48,
-        partitions: PartitionSource::Fixed(13),
-        ..config()
-    };
-    let memory = ScalingMemory::default();
-    let younger = decide(&c, &inputs(777_451.0, 0.0, 436.0, 1), &memory, at(0));
-    let older = decide(&c, &inputs(777_451.0, 0.0, 972.0, 1), &memory, at(0));
-    assert_eq!(younger.recommendation, Some(5), "{}", younger.explanation);
-    assert_eq!(older.recommendation, Some(5), "{}", older.explanation);
-}
-
-#[test]
 fn completions_are_trusted_after_the_queries_own_rate_window() {
     // 60 s after a scale-down, busy all along: with `rate(…[5s])` queries the window holds
     // only the new count, so the completions measure it; read through `rate(…[1m])` they
@@ -958,4 +953,27 @@ fn completions_are_trusted_after_the_queries_own_rate_window() {
     assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
     let d = decide(&c, &busy, &down, at(60));
     assert_ne!(d.used.capacity_source, Some(CapacitySource::Measured));
+}
+
+#[test]
+fn an_older_queue_gets_no_fewer_replicas_than_a_younger_one() {
+    // Nothing arrives and 777k wait; the warning limit is 862 s. At 436 s the budget needs 5
+    // to stay under it. At 972 s, past it, a scale-up may let the age grow for a reaction
+    // (no count undoes the age events have): 4 would stop the growth there, but an older
+    // queue must not get fewer replicas than a younger one.
+    let c = BudgetConfig {
+        max_replicas: 5,
+        deadline_seconds: 1724.0,
+        target_drain_seconds: 974.0,
+        scale_down_stabilization_seconds: 0.0,
+        per_replica_rate: Some(489.6),
+        reserved_retry_share: 0.48,
+        partitions: PartitionSource::Fixed(13),
+        ..config()
+    };
+    let memory = ScalingMemory::default();
+    let younger = decide(&c, &inputs(777_451.0, 0.0, 436.0, 1), &memory, at(0));
+    let older = decide(&c, &inputs(777_451.0, 0.0, 972.0, 1), &memory, at(0));
+    assert_eq!(younger.recommendation, Some(5), "{}", younger.explanation);
+    assert_eq!(older.recommendation, Some(5), "{}", older.explanation);
 }
