@@ -92,8 +92,10 @@ print(max(int(total / $speed) - 3, 10))")
 step "live timeline for ${watch_seconds}s: the budget's decision and the pods on the node"
 python3 tests/cluster/demo-timeline.py "$kubectl" demo orders app=orders "$watch_seconds"
 
-step "kubectl get backlog -n demo; a consumer pod's view of its control document"
+step "kubectl get backlog -n demo; why it scaled (its Events); a consumer pod's view of its control document"
 "$kubectl" get backlog -n demo
+"$kubectl" -n demo get events --field-selector involvedObject.kind=BacklogBudget \
+  --sort-by=.lastTimestamp -o custom-columns=TIME:.lastTimestamp,REASON:.reason,MESSAGE:.message
 "$kubectl" -n demo logs deployment/orders | tail -3
 
 step "an invalid object: $invalid_example"
