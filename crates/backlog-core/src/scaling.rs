@@ -127,17 +127,9 @@ pub struct ScalingMemory {
 }
 
 impl ScalingMemory {
-    /// Nothing was ever decided from data: no λ history, no change, no window. An outage
-    /// keeps the λ history, so a return from one is not a first decision.
-    pub fn is_first_decision(&self) -> bool {
-        self.demand.is_empty()
-            && self.last_change_at.is_none()
-            && self.windows == Windows::default()
-    }
-
     /// The budget has decided from data for less than `seconds` (its λ history begins
-    /// later than that ago) and has changed nothing. Its first poll's scale-down window is
-    /// its only one.
+    /// later than that ago, or has not begun) and has changed nothing. An outage keeps the λ
+    /// history, so a return from one is not new.
     pub fn is_new_budget(&self, now: Timestamp, seconds: f64) -> bool {
         self.last_change_at.is_none()
             && self.windows.up.is_none()
