@@ -51,6 +51,12 @@ pub struct CapacityEvidence {
     /// the backlog. It reacts within a poll where the completion rate still averages its
     /// window: a fast drain proves a recovered consumer at once.
     pub completed_at_least: Option<f64>,
+    /// Completions per second of the whole group shown by the backlog's change under a steady
+    /// λ while every partition has work, since the previous poll: arrivals minus the rise.
+    /// Set only once the samples fall after a change's pod starts and rebalance. It reacts
+    /// within a poll or two where a saturated completion rate needs settling and a whole
+    /// window: a configured rate far above the truth is refuted before a short deadline is.
+    pub completed_while_busy: Option<f64>,
     pub ready_replicas: u32,
     /// What the ready replicas complete together, in replicas' worth, when arrivals spread
     /// evenly over the partitions: the busiest consumer owns ⌈P / ready⌉ of them, and the
@@ -71,6 +77,12 @@ pub struct CapacityEvidence {
     /// configured rate again: consumers sized for a slowdown that is over are never saturated,
     /// so the measurement alone could not see the recovery.
     pub stale_after_seconds: f64,
+    /// How long consumers sized by the configured rate would run before a shortfall is
+    /// measured and met (a measurement after the change, then a reaction). Trying the prior
+    /// again costs an age that grows at the measured shortfall for that long.
+    pub prior_test_seconds: f64,
+    /// The age such a test may cost; where it would cost more, the measurement stands.
+    pub prior_test_age_room: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -90,6 +102,10 @@ impl CapacityEstimate {
 
 /// A measurement confirmed again and again stands at most 2^this times the base period.
 const MAX_DOUBLINGS: u32 = 3;
+
+/// Busy replicas completing below this share of the estimate in use refute it: the backlog
+/// and a rate window's λ are noisy, a smaller gap is within their error.
+const REFUTED_BELOW: f64 = 0.8;
 
 /// A measurement within this factor of the stale one it follows confirms it.
 const CONFIRMS_WITHIN: f64 = 1.25;
@@ -132,8 +148,14 @@ pub fn estimate(
     // above it can take over (the consumer may have recovered unseen; one that slowed
     // shows it by falling behind and is measured again); a lower bound stands until an
     // exact measurement replaces it.
+    // Trying the prior again is only worth it where the deadline can afford it being as wrong
+    // as measured: the age grows by the shortfall's share of the time a test takes.
+    let test_affordable = |m: &MeasuredCapacity, prior: f64| {
+        (1.0 - m.per_replica_rate / prior) * evidence.prior_test_seconds
+            <= evidence.prior_test_age_room
+    };
     let standing = |m: &MeasuredCapacity| {
-        configured.is_none_or(|prior| prior <= m.per_replica_rate)
+        configured.is_none_or(|prior| prior <= m.per_replica_rate || !test_affordable(m, prior))
             || super::stabilization::seconds_between(m.at, now)
                 < m.stands_for_seconds(evidence.stale_after_seconds)
     };
@@ -168,6 +190,26 @@ pub fn estimate(
             })
         }
         (_, before) => before,
+    };
+    // Busy replicas completing well below the measurement or the prior in use refute it: what
+    // they complete is the measurement until a saturated window measures it again.
+    let shown_while_busy = evidence
+        .completed_while_busy
+        .filter(|rate| rate.is_finite() && *rate >= 0.0 && evidence.ready_replicas > 0)
+        .map(|rate| rate / f64::from(evidence.ready_replicas));
+    let in_use = exact.map(|m| m.per_replica_rate).or(configured);
+    let exact = match (shown_while_busy, in_use) {
+        (Some(shown), Some(estimate))
+            if !evidence.saturated && shown > 0.0 && shown < REFUTED_BELOW * estimate =>
+        {
+            Some(MeasuredCapacity {
+                per_replica_rate: shown,
+                at: now,
+                lower_bound: false,
+                confirmations: confirmations(shown),
+            })
+        }
+        _ => exact,
     };
     if let Some(m) = exact {
         return Some(CapacityEstimate {
@@ -234,7 +276,10 @@ mod tests {
             keeping_up: false,
             saturated,
             settled: true,
+            completed_while_busy: None,
             stale_after_seconds: 1800.0,
+            prior_test_seconds: 0.0,
+            prior_test_age_room: 300.0,
         }
     }
 
@@ -284,6 +329,53 @@ mod tests {
             (stale.source, stale.per_replica_rate),
             (CapacitySource::Configured, 250.0)
         );
+    }
+
+    #[test]
+    fn a_prior_the_deadline_cannot_afford_to_test_is_not_tried_again() {
+        // Measured at half the prior. Testing the prior again would let the age grow at half
+        // the time a test takes (measuring after the change, then a reaction): 400 s of test
+        // cost 200 s of age, more than the 60 s the deadline leaves, so the measurement stands.
+        let mut e = evidence(1000.0, 8, true);
+        e.configured = Some(250.0);
+        e.prior_test_seconds = 400.0;
+        e.prior_test_age_room = 60.0;
+        let slow = estimate(e, None, at(0)).expect("estimate");
+        e.saturated = false;
+        let later = estimate(e, slow.measured, at(100_000)).expect("estimate");
+        assert_eq!(
+            (later.source, later.per_replica_rate),
+            (CapacitySource::Measured, 125.0)
+        );
+        // Where the deadline leaves 300 s, the test costs less and the prior is tried again.
+        e.prior_test_age_room = 300.0;
+        let stale = estimate(e, slow.measured, at(100_000)).expect("estimate");
+        assert_eq!(stale.source, CapacitySource::Configured);
+    }
+
+    #[test]
+    fn busy_replicas_completing_well_below_the_prior_refute_it_at_once() {
+        // The owner says 361/s; 8 busy replicas complete 1600/s (the backlog rises by 48/s
+        // under 1648/s): 200/s each is the measurement, long before a saturated window is.
+        let mut e = evidence(1100.0, 8, false);
+        e.configured = Some(361.0);
+        e.completed_while_busy = Some(1600.0);
+        let refuted = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(
+            (refuted.source, refuted.per_replica_rate),
+            (CapacitySource::Measured, 200.0)
+        );
+        // Within the noise of the backlog and the rate window (300/s of 361/s): the prior
+        // stands.
+        e.completed_while_busy = Some(2400.0);
+        let kept = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(kept.source, CapacitySource::Configured);
+        // A saturated window's measurement is the better one: it is not overruled.
+        let mut saturated = evidence(2000.0, 8, true);
+        saturated.configured = Some(361.0);
+        saturated.completed_while_busy = Some(1600.0);
+        let measured = estimate(saturated, None, at(0)).expect("estimate");
+        assert_eq!(measured.per_replica_rate, 250.0);
     }
 
     #[test]

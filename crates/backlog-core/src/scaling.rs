@@ -421,13 +421,13 @@ fn gather(
     // Pods asked for by a scale-up join the group only once started: the settling counts
     // from then (the last pod start seen). A scale-down starts nothing: waiting for a pod
     // start there can outlast a short deadline, and the count is never measured.
+    let started_seconds = if memory.last_change_raised {
+        memory.pod_start_seconds.unwrap_or(0.0).max(0.0)
+    } else {
+        0.0
+    };
     let changed_lately = memory.last_change_at.is_some_and(|at| {
-        let started = if memory.last_change_raised {
-            memory.pod_start_seconds.unwrap_or(0.0).max(0.0)
-        } else {
-            0.0
-        };
-        seconds_between(at, now) < started + measurement_settle_seconds(config)
+        seconds_between(at, now) < started_seconds + measurement_settle_seconds(config)
     });
     let settled = ready == current && !changed_lately;
     // Saturation is judged on the backlog the consumers work on: a held event class's
@@ -471,6 +471,33 @@ fn gather(
         }
         _ => None,
     };
+    // What busy replicas complete, from the backlog's change under a λ that held still over
+    // both polls; the previous sample must have been seen a poll after the last change's pod
+    // starts and rebalance, when the replicas that run now all worked. After a scale-up
+    // before any pod start was seen, when that was is unknown: no reading.
+    let completed_while_busy = match (memory.previous, backlog, produce_rate) {
+        (Some(previous), Some(b), Some(lambda))
+            if busy && ready == current && b != previous.backlog =>
+        {
+            let started = match (memory.last_change_raised, memory.pod_start_seconds) {
+                (false, _) => Some(0.0),
+                (true, started) => started.map(|s| s.max(0.0)),
+            };
+            let after_pause = memory.last_change_at.is_none_or(|at| {
+                started.is_some_and(|started| {
+                    seconds_between(at, previous.value_since)
+                        >= started + config.rebalance_cost_seconds + config.poll_interval_seconds
+                })
+            });
+            let steady = previous
+                .produce_rate
+                .is_some_and(|before| (before - lambda).abs() <= 0.05 * lambda);
+            let elapsed = seconds_between(previous.value_since, now);
+            (after_pause && steady && elapsed > 0.0)
+                .then(|| (lambda - (b - previous.backlog) / elapsed).max(0.0))
+        }
+        _ => None,
+    };
     let busiest_consumer_shares =
         partitions.map_or(f64::from(ready), |p| group_capacity(ready, p, 1.0));
     // A busiest consumer falling behind by a share f since the replicas last changed holds an
@@ -496,12 +523,15 @@ fn gather(
             configured: config.per_replica_rate,
             completion_rate,
             completed_at_least,
+            completed_while_busy,
             ready_replicas: ready,
             busiest_consumer_shares,
             keeping_up,
             saturated,
             settled,
             stale_after_seconds: 2.0 * config.scale_down_stabilization_seconds.max(300.0),
+            prior_test_seconds: prior_test_seconds(config, memory),
+            prior_test_age_room: config.warning_at * config.deadline_seconds,
         },
         memory.capacity,
         now,
@@ -665,6 +695,20 @@ fn rate_window_seconds(config: &BudgetConfig) -> f64 {
     config
         .rate_window_seconds
         .max(2.0 * config.poll_interval_seconds)
+}
+
+/// How long fewer replicas sized by a configured rate run before a shortfall is met: their
+/// completions measured after the change (no pod starts for a scale-down), then a reaction
+/// (two polls, a pod start, a rebalance).
+fn prior_test_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
+    let measured = measurement_settle_seconds(config)
+        + rate_window_seconds(config)
+        + config.poll_interval_seconds;
+    let pod_start = memory
+        .pod_start_seconds
+        .unwrap_or(DEFAULT_POD_START_SECONDS)
+        .max(0.0);
+    measured + 2.0 * config.poll_interval_seconds + pod_start + config.rebalance_cost_seconds
 }
 
 fn missing_push(missing: &mut Vec<MissingInput>, field: &str, reason: &str) {

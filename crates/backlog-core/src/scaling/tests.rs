@@ -977,3 +977,44 @@ fn an_older_queue_gets_no_fewer_replicas_than_a_younger_one() {
     assert_eq!(younger.recommendation, Some(5), "{}", younger.explanation);
     assert_eq!(older.recommendation, Some(5), "{}", older.explanation);
 }
+
+#[test]
+fn a_prior_far_above_the_truth_is_refuted_by_the_backlog_rise_once_the_pods_work() {
+    // The owner says 361/s; the 8 replicas started 90 s after a scale-up do 200/s. 1648/s
+    // arrive and the backlog rises by 48/s: 1600/s completed, 200/s each. The completion
+    // rate's window still holds the start, so only the backlog shows it.
+    let c = BudgetConfig {
+        per_replica_rate: Some(361.0),
+        completion_rate_configured: true,
+        partitions: PartitionSource::Fixed(32),
+        max_replicas: 32,
+        rebalance_cost_seconds: 10.0,
+        ..config()
+    };
+    let changed = |seen_at: i64| ScalingMemory {
+        last_change_at: Some(at(0)),
+        last_change_raised: true,
+        pod_start_seconds: Some(90.0),
+        previous: Some(PreviousObservation {
+            at: at(seen_at),
+            backlog: 100_000.0,
+            produce_rate: Some(1648.0),
+            value_since: at(seen_at),
+        }),
+        ..ScalingMemory::default()
+    };
+    let mut busy = inputs(100_720.0, 1648.0, 60.0, 8);
+    busy.completion_rate = Some(value(1100.0));
+    // The previous sample was seen a poll after the pods started and the group rebalanced.
+    let d = decide(&c, &busy, &changed(115), at(130));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
+    assert_eq!(d.used.per_replica_rate, Some(200.0), "{}", d.explanation);
+    // Seen during the rebalance, the rise holds the pause: no reading.
+    let d = decide(&c, &busy, &changed(95), at(110));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Configured));
+    // λ that moved between the polls may be a step the window lags: no reading.
+    let mut moving = busy.clone();
+    moving.produce_rate = Some(value(1900.0));
+    let d = decide(&c, &moving, &changed(115), at(130));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Configured));
+}
