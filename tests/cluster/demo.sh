@@ -95,7 +95,8 @@ python3 tests/cluster/demo-timeline.py "$kubectl" demo orders app=orders "$watch
 step "kubectl get backlog -n demo; why it scaled (its Events); a consumer pod's view of its control document"
 "$kubectl" get backlog -n demo
 "$kubectl" -n demo get events --field-selector involvedObject.kind=BacklogBudget \
-  --sort-by=.lastTimestamp -o custom-columns=TIME:.lastTimestamp,REASON:.reason,MESSAGE:.message
+  --sort-by=.metadata.creationTimestamp \
+  -o custom-columns=CREATED:.metadata.creationTimestamp,REASON:.reason,MESSAGE:.message
 "$kubectl" -n demo logs deployment/orders | tail -3
 
 step "an invalid object: $invalid_example"
