@@ -575,10 +575,29 @@ fn gather(
         (false, _, None) => None,
     };
     let rising = match (config.produce_rate_configured, produce_rate, backlog) {
-        (true, Some(lambda), Some(b)) if settled => {
-            let completing_at_most = per_replica_rate
-                .zip(partitions)
-                .map(|(rate, p)| rate * f64::from(ready.min(p)));
+        (true, Some(lambda), Some(b)) => {
+            // Right after a change the group may be starting or rebalancing, completing
+            // nothing whatever its rate window says: the rise alone is then what it shows, a
+            // lower bound of the arrivals. It is read only where a reaction takes a large
+            // share of the age limit: a step must then be met at once, while with room to
+            // spare the window is given the time to tell a step from a spike that is over
+            // before new pods would work.
+            let pod_start = memory
+                .pod_start_seconds
+                .unwrap_or(DEFAULT_POD_START_SECONDS)
+                .max(0.0);
+            let reaction =
+                2.0 * config.poll_interval_seconds + pod_start + config.rebalance_cost_seconds;
+            let tight =
+                reaction >= TIGHT_REACTION_SHARE * config.warning_at * config.deadline_seconds;
+            let completing_at_most = if settled {
+                per_replica_rate
+                    .zip(partitions)
+                    .map(|(rate, p)| rate * f64::from(ready.min(p)))
+            } else {
+                Some(0.0)
+            };
+            let readable = settled || tight;
             arrivals_seen_rising(
                 memory.previous,
                 b,
@@ -587,6 +606,7 @@ fn gather(
                 completing_at_most,
                 now,
             )
+            .filter(|_| readable)
         }
         _ => None,
     };
@@ -646,6 +666,10 @@ fn gather(
 /// How far the arrivals the backlog shows may exceed the queried λ before they replace it: a
 /// gauge sampled between commits wobbles by a fraction of λ, and that is not a step.
 const RISE_TOLERANCE: f64 = 0.25;
+
+/// A reaction (two polls, a pod start, a rebalance) taking at least this share of the age
+/// limit leaves no poll to wait for the rate window after a change.
+const TIGHT_REACTION_SHARE: f64 = 0.25;
 
 /// How much the queried λ must have risen since the previous poll to show that a step up in
 /// arrivals has begun (a rate window's own wobble stays well below).

@@ -1018,3 +1018,38 @@ fn a_prior_far_above_the_truth_is_refuted_by_the_backlog_rise_once_the_pods_work
     let d = decide(&c, &moving, &changed(115), at(130));
     assert_eq!(d.used.capacity_source, Some(CapacitySource::Configured));
 }
+
+#[test]
+fn right_after_a_change_the_rise_alone_is_read_where_a_reaction_takes_the_room() {
+    // 15 s after a scale-up the group may still be starting and rebalancing: it completes
+    // nothing as far as the decision can tell, so the backlog's rise alone (12.6k/s) is a
+    // lower bound of the arrivals, well above the rising window's 8.1k/s.
+    let just_changed = ScalingMemory {
+        last_change_at: Some(at(0)),
+        last_change_raised: true,
+        pod_start_seconds: Some(30.0),
+        previous: Some(PreviousObservation {
+            at: at(0),
+            backlog: 10_800.0,
+            produce_rate: Some(6249.0),
+            value_since: at(0),
+        }),
+        ..ScalingMemory::default()
+    };
+    let stepped = with_completions(inputs(200_000.0, 8128.0, 5.0, 16), 6400.0);
+    // A 2-minute deadline: a reaction (two polls, the pod start, the rebalance: 90 s) is
+    // more than a quarter of the 60 s age limit, so the step is read at once.
+    let tight = tight_deadline_at_the_partition_cap();
+    let d = decide(&tight, &stepped, &just_changed, at(15));
+    assert!(d.used.produce_rate_from_backlog, "{}", d.explanation);
+    let lambda = d.used.produce_rate.unwrap_or_default();
+    assert!((lambda - 189_200.0 / 15.0).abs() < 1.0, "{lambda}");
+    // A 20-minute deadline leaves the window time to tell a step from a short spike.
+    let wide = BudgetConfig {
+        deadline_seconds: 1200.0,
+        target_drain_seconds: 600.0,
+        ..tight
+    };
+    let d = decide(&wide, &stepped, &just_changed, at(15));
+    assert!(!d.used.produce_rate_from_backlog, "{}", d.explanation);
+}
