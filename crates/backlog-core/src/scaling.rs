@@ -582,14 +582,8 @@ fn gather(
             // share of the age limit: a step must then be met at once, while with room to
             // spare the window is given the time to tell a step from a spike that is over
             // before new pods would work.
-            let pod_start = memory
-                .pod_start_seconds
-                .unwrap_or(DEFAULT_POD_START_SECONDS)
-                .max(0.0);
-            let reaction =
-                2.0 * config.poll_interval_seconds + pod_start + config.rebalance_cost_seconds;
-            let tight =
-                reaction >= TIGHT_REACTION_SHARE * config.warning_at * config.deadline_seconds;
+            let tight = reaction_seconds(config, memory)
+                >= TIGHT_REACTION_SHARE * config.warning_at * config.deadline_seconds;
             let completing_at_most = if settled {
                 per_replica_rate
                     .zip(partitions)
@@ -725,14 +719,20 @@ fn rate_window_seconds(config: &BudgetConfig) -> f64 {
 /// completions measured after the change (no pod starts for a scale-down), then a reaction
 /// (two polls, a pod start, a rebalance).
 fn prior_test_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
-    let measured = measurement_settle_seconds(config)
+    measurement_settle_seconds(config)
         + rate_window_seconds(config)
-        + config.poll_interval_seconds;
+        + config.poll_interval_seconds
+        + reaction_seconds(config, memory)
+}
+
+/// From a decision to new pods working: two polls, a pod start (the last seen, else the
+/// default), a rebalance.
+fn reaction_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
     let pod_start = memory
         .pod_start_seconds
         .unwrap_or(DEFAULT_POD_START_SECONDS)
         .max(0.0);
-    measured + 2.0 * config.poll_interval_seconds + pod_start + config.rebalance_cost_seconds
+    2.0 * config.poll_interval_seconds + pod_start + config.rebalance_cost_seconds
 }
 
 fn missing_push(missing: &mut Vec<MissingInput>, field: &str, reason: &str) {
