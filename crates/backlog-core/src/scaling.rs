@@ -466,7 +466,7 @@ fn gather(
                 }
                 _ => 0.0,
             };
-            let elapsed = seconds_between(previous.value_since, now);
+            let elapsed = sample_span(&previous, now, config.poll_interval_seconds);
             Some((arrived + (previous.backlog - b) / elapsed).max(0.0))
         }
         _ => None,
@@ -492,8 +492,8 @@ fn gather(
             let steady = previous
                 .produce_rate
                 .is_some_and(|before| (before - lambda).abs() <= 0.05 * lambda);
-            let elapsed = seconds_between(previous.value_since, now);
-            (after_pause && steady && elapsed > 0.0)
+            let elapsed = sample_span(&previous, now, config.poll_interval_seconds);
+            (after_pause && steady && seconds_between(previous.value_since, now) > 0.0)
                 .then(|| (lambda - (b - previous.backlog) / elapsed).max(0.0))
         }
         _ => None,
@@ -598,6 +598,7 @@ fn gather(
                 lambda,
                 completion_rate,
                 completing_at_most,
+                config.poll_interval_seconds,
                 now,
             )
             .filter(|_| readable)
@@ -682,10 +683,12 @@ fn arrivals_seen_rising(
     queried: f64,
     completion_rate: Option<f64>,
     completing_at_most: Option<f64>,
+    poll_seconds: f64,
     now: Timestamp,
 ) -> Option<f64> {
     let previous = previous?;
     let elapsed = seconds_between(previous.value_since, now);
+    let span = sample_span(&previous, now, poll_seconds);
     let window_rising = previous
         .produce_rate
         .is_some_and(|before| queried > before.max(0.0) * (1.0 + WINDOW_RISE));
@@ -697,7 +700,7 @@ fn arrivals_seen_rising(
         (rate, most) => rate.or(most)?,
     }
     .max(0.0);
-    let seen = completing + (backlog - previous.backlog) / elapsed;
+    let seen = completing + (backlog - previous.backlog) / span;
     (seen > queried.max(0.0) * (1.0 + RISE_TOLERANCE)).then_some(seen)
 }
 
@@ -713,6 +716,14 @@ fn rate_window_seconds(config: &BudgetConfig) -> f64 {
     config
         .rate_window_seconds
         .max(2.0 * config.poll_interval_seconds)
+}
+
+/// The time the backlog's change since `previous` spans: from when its value was first seen,
+/// and at least a poll. A reconcile a watch event brings early sees the next scrape's sample
+/// a fraction of a poll after the last, though the samples are a scrape apart: over that
+/// fraction the change would read several times too fast.
+fn sample_span(previous: &PreviousObservation, now: Timestamp, poll_seconds: f64) -> f64 {
+    seconds_between(previous.value_since, now).max(poll_seconds)
 }
 
 /// How long fewer replicas sized by a configured rate run before a shortfall is met: their

@@ -911,11 +911,20 @@ fn arrivals_seen_rising_counts_no_more_completions_than_the_ready_replicas_make(
         1500.0,
         Some(3000.0),
         Some(800.0),
+        10.0,
         at(10),
     );
     assert_eq!(seen, Some(2300.0));
     // A rise within the tolerance of the queried λ is the gauge's wobble.
-    let wobble = arrivals_seen_rising(Some(previous), 2_000.0, 1500.0, Some(1500.0), None, at(10));
+    let wobble = arrivals_seen_rising(
+        Some(previous),
+        2_000.0,
+        1500.0,
+        Some(1500.0),
+        None,
+        10.0,
+        at(10),
+    );
     assert_eq!(wobble, None);
     // A falling backlog says nothing about a step up.
     let falling = PreviousObservation {
@@ -923,7 +932,15 @@ fn arrivals_seen_rising_counts_no_more_completions_than_the_ready_replicas_make(
         ..previous
     };
     assert_eq!(
-        arrivals_seen_rising(Some(falling), 40_000.0, 1500.0, Some(3000.0), None, at(10)),
+        arrivals_seen_rising(
+            Some(falling),
+            40_000.0,
+            1500.0,
+            Some(3000.0),
+            None,
+            10.0,
+            at(10)
+        ),
         None
     );
 }
@@ -1052,4 +1069,28 @@ fn right_after_a_change_the_rise_alone_is_read_where_a_reaction_takes_the_room()
     };
     let d = decide(&wide, &stepped, &just_changed, at(15));
     assert!(!d.used.produce_rate_from_backlog, "{}", d.explanation);
+}
+
+#[test]
+fn a_sample_seen_soon_after_the_last_spans_at_least_a_poll() {
+    // A reconcile a watch event brings 2 s after the last poll sees the next scrape's
+    // sample: the 30k rise is at least a 15 s poll's, 2k/s, not 15k/s.
+    let previous = PreviousObservation {
+        at: at(0),
+        backlog: 10_000.0,
+        produce_rate: Some(1000.0),
+        value_since: at(0),
+    };
+    assert_eq!(sample_span(&previous, at(2), 15.0), 15.0);
+    assert_eq!(sample_span(&previous, at(40), 15.0), 40.0);
+    let seen = arrivals_seen_rising(
+        Some(previous),
+        40_000.0,
+        1200.0,
+        None,
+        Some(0.0),
+        15.0,
+        at(2),
+    );
+    assert_eq!(seen, Some(2000.0));
 }
