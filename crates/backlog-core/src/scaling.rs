@@ -421,13 +421,15 @@ fn gather(
     // Pods asked for by a scale-up join the group only once started: the settling counts
     // from then (the last pod start seen). A scale-down starts nothing: waiting for a pod
     // start there can outlast a short deadline, and the count is never measured.
-    let started_seconds = if memory.last_change_raised {
-        memory.pod_start_seconds.unwrap_or(0.0).max(0.0)
-    } else {
-        0.0
+    // How long the last change's pods took to start: none for a scale-down; unknown after a
+    // scale-up before any start was seen.
+    let started_seconds = match (memory.last_change_raised, memory.pod_start_seconds) {
+        (false, _) => Some(0.0),
+        (true, seen) => seen.map(|seconds| seconds.max(0.0)),
     };
     let changed_lately = memory.last_change_at.is_some_and(|at| {
-        seconds_between(at, now) < started_seconds + measurement_settle_seconds(config)
+        seconds_between(at, now)
+            < started_seconds.unwrap_or(0.0) + measurement_settle_seconds(config)
     });
     let settled = ready == current && !changed_lately;
     // Saturation is judged on the backlog the consumers work on: a held event class's
@@ -479,12 +481,8 @@ fn gather(
         (Some(previous), Some(b), Some(lambda))
             if busy && ready == current && b != previous.backlog =>
         {
-            let started = match (memory.last_change_raised, memory.pod_start_seconds) {
-                (false, _) => Some(0.0),
-                (true, started) => started.map(|s| s.max(0.0)),
-            };
             let after_pause = memory.last_change_at.is_none_or(|at| {
-                started.is_some_and(|started| {
+                started_seconds.is_some_and(|started| {
                     seconds_between(at, previous.value_since)
                         >= started + config.rebalance_cost_seconds + config.poll_interval_seconds
                 })
