@@ -1003,6 +1003,7 @@ fn scale(
         &values,
         &planned,
         &settings,
+        capacity,
         undrainable,
         (recommendation, current),
         (floor, cap),
@@ -1190,6 +1191,7 @@ fn explain(
     values: &Values,
     planned: &Plan,
     settings: &PlanSettings,
+    usable_rate: f64,
     undrainable: bool,
     (recommendation, current): (u32, u32),
     (floor, cap): (u32, u32),
@@ -1229,11 +1231,11 @@ fn explain(
     let peak = seconds(planned.outlook.peak_age);
     let n = planned.replicas;
     // A count that falls behind is held (or entered) while the deadline leaves room: say how
-    // much it completes and what follows.
+    // much it completes, as planned (without the share kept for retries), and what follows.
     let behind = match planned.keep_up {
         Some(keep_up) if planned.falls_behind => format!(
             "{n} complete {}/s, less than λ: the backlog grows while the oldest age stays below {limit} with {keep_up} from the next decision (predicted peak {peak})",
-            si(values.partition_capacity(n, rate))
+            si(values.partition_capacity(n, usable_rate))
         ),
         _ => String::new(),
     };

@@ -1094,3 +1094,33 @@ fn a_sample_seen_soon_after_the_last_spans_at_least_a_poll() {
     );
     assert_eq!(seen, Some(2000.0));
 }
+
+#[test]
+fn a_count_said_to_fall_behind_is_said_to_complete_what_the_plan_counts() {
+    // 8 idle replicas complete the 275/s arriving: 34.4/s each is all that is known. With a
+    // tenth kept for retries the plan counts 247.5/s for them, less than λ; the explanation
+    // must say that number, not the 275/s that reads as "275/s, less than λ (275/s)".
+    let c = BudgetConfig {
+        per_replica_rate: None,
+        completion_rate_configured: true,
+        reserved_retry_share: 0.1,
+        partitions: PartitionSource::Fixed(16),
+        deadline_seconds: 300.0,
+        target_drain_seconds: 240.0,
+        scale_down_stabilization_seconds: 60.0,
+        ..config()
+    };
+    let idle = with_completions(inputs(0.0, 275.0, 0.0, 8), 275.0);
+    let d = decide(&c, &idle, &ScalingMemory::default(), at(0));
+    assert!(d.explanation.contains("less than λ"), "{}", d.explanation);
+    assert!(
+        !d.explanation.contains("8 complete 275/s"),
+        "{}",
+        d.explanation
+    );
+    assert!(
+        d.explanation.contains("8 complete 248/s"),
+        "{}",
+        d.explanation
+    );
+}
