@@ -737,11 +737,17 @@ fn prior_test_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
 /// From a decision to new pods working: two polls, a pod start (the last seen, else the
 /// default), a rebalance.
 fn reaction_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
-    let pod_start = memory
+    2.0 * config.poll_interval_seconds
+        + assumed_pod_start_seconds(memory)
+        + config.rebalance_cost_seconds
+}
+
+/// How long a pod takes to start: the last start seen, else [`DEFAULT_POD_START_SECONDS`].
+fn assumed_pod_start_seconds(memory: &ScalingMemory) -> f64 {
+    memory
         .pod_start_seconds
         .unwrap_or(DEFAULT_POD_START_SECONDS)
-        .max(0.0);
-    2.0 * config.poll_interval_seconds + pod_start + config.rebalance_cost_seconds
+        .max(0.0)
 }
 
 fn missing_push(missing: &mut Vec<MissingInput>, field: &str, reason: &str) {
@@ -833,9 +839,7 @@ fn scale(
         }
         .as_oldest_partition_sees_it(lambda),
     };
-    let pod_start = memory
-        .pod_start_seconds
-        .unwrap_or(DEFAULT_POD_START_SECONDS);
+    let pod_start = assumed_pod_start_seconds(memory);
     let starting_in = match memory.pods_pending_since {
         Some(since) if ready < bounded => (pod_start - seconds_between(since, now)).max(0.0),
         _ => pod_start,
