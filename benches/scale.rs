@@ -97,15 +97,19 @@ fn main() {
     let queries_before = runtime.block_on(prometheus_queries(&prometheus));
     let cpu_before = cpu_seconds(pid);
     let started = Instant::now();
-    let mut rss = Vec::new();
+    let (mut rss, mut rss_anonymous, mut rss_file) = (Vec::new(), Vec::new(), Vec::new());
     while started.elapsed() < window {
-        rss.extend(rss_mib(pid));
+        rss.extend(rss_mib(pid, "VmRSS:"));
+        rss_anonymous.extend(rss_mib(pid, "RssAnon:"));
+        rss_file.extend(rss_mib(pid, "RssFile:"));
         std::thread::sleep(Duration::from_secs(5));
     }
     let cpu = cpu_seconds(pid) - cpu_before;
     let queries = runtime.block_on(prometheus_queries(&prometheus)) - queries_before;
     let api_after = runtime.block_on(apiserver_requests(&client));
-    rss.sort_by(f64::total_cmp);
+    for samples in [&mut rss, &mut rss_anonymous, &mut rss_file] {
+        samples.sort_by(f64::total_cmp);
+    }
 
     // One consumer's backlog rises; the others stay.
     let reaction = runtime.block_on(reaction_time(&client, &exporter, &prometheus, poll));
@@ -123,6 +127,13 @@ fn main() {
     println!("| create → every budget has its control document | {to_document} |");
     if let (Some(median), Some(max)) = (rss.get(rss.len() / 2), rss.last()) {
         println!("| RSS median / max | {median:.1} / {max:.1} MiB |");
+    }
+    // What the heap holds against what the binary's mapped pages hold.
+    if let (Some(anonymous), Some(file)) = (
+        rss_anonymous.get(rss_anonymous.len() / 2),
+        rss_file.get(rss_file.len() / 2),
+    ) {
+        println!("| of it, anonymous / file-backed (median) | {anonymous:.1} / {file:.1} MiB |");
     }
     println!("| CPU seconds in the window | {cpu:.1} s |");
     println!(
@@ -469,11 +480,12 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / per_second
 }
 
-fn rss_mib(pid: u32) -> Option<f64> {
+/// One of the resident-memory lines of `/proc/<pid>/status` (`VmRSS:`, `RssAnon:`, `RssFile:`).
+fn rss_mib(pid: u32, line: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: f64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .find_map(|l| l.strip_prefix(line))?
         .trim()
         .trim_end_matches("kB")
         .trim()

@@ -1,5 +1,6 @@
 //! What the budget controller remembers between polls, in this process: the status each
-//! budget's last poll decided and the one last written. The decision reads its memory from
+//! budget's last poll decided (packed: [`super::packed_status`]) and what tells whether the
+//! next one is news against the one last written. The decision reads its memory from
 //! here instead of a GET of the status per poll, and a status is written only when it is news
 //! ([`super::news`]), so the written status may lag the decided one by what is not news.
 //!
@@ -10,13 +11,14 @@
 //! so the cache is never read for it again.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{BacklogBudgetStatus, BudgetPhase};
 
 use super::news::Written;
+use super::packed_status::PackedStatus;
 
 /// One budget's memory.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,7 +27,7 @@ pub struct Remembered {
     /// afresh.
     pub uid: Option<String>,
     /// What the last poll decided.
-    pub decided: Arc<BacklogBudgetStatus>,
+    pub decided: PackedStatus,
     /// What the API server holds, as far as this process knows: only what tells whether a
     /// new status is news, so a budget costs one whole status here.
     pub written: Written,
@@ -38,7 +40,8 @@ pub struct Remembered {
 impl Remembered {
     /// A budget seen for the first time: its status as the watch cache has it.
     pub fn from_cache(uid: Option<String>, status: Option<&BacklogBudgetStatus>) -> Remembered {
-        let status = Arc::new(status.cloned().unwrap_or_default());
+        let empty = BacklogBudgetStatus::default();
+        let status = status.unwrap_or(&empty);
         let written_at = status
             .observed
             .as_ref()
@@ -46,8 +49,8 @@ impl Remembered {
             .map(|at| at.0);
         Remembered {
             uid,
-            written: Written::of(&status),
-            decided: status,
+            written: Written::of(status),
+            decided: PackedStatus::pack(status),
             written_at,
             exported_phase: None,
         }
@@ -164,7 +167,8 @@ mod tests {
             ..Default::default()
         };
         let first = memory.recall("shop", "orders", Some("u-1"), Some(&cached));
-        assert_eq!(first.decided.phase, Some(BudgetPhase::AtRisk));
+        let unpacked = first.decided.unpack().expect("a status");
+        assert_eq!(unpacked.phase, Some(BudgetPhase::AtRisk));
         // Known at once, before the reconcile that recalled it keeps anything.
         assert!(memory.knows("shop", "orders", Some("u-1")));
         assert!(memory.keep(
@@ -180,7 +184,7 @@ mod tests {
         assert_eq!(again.decided, first.decided);
         let successor = memory.recall("shop", "orders", Some("u-2"), None);
         assert_eq!(successor.uid.as_deref(), Some("u-2"));
-        assert_eq!(successor.decided.phase, None);
+        assert_eq!(successor.decided.unpack().expect("a status").phase, None);
         assert_eq!(successor.exported_phase, Some(BudgetPhase::AtRisk));
         // A reconcile of the predecessor that ends now keeps nothing over its successor.
         assert!(!memory.keep("shop", "orders", first.clone()));

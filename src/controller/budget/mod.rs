@@ -14,6 +14,7 @@ mod grouping;
 pub mod inputs;
 pub mod memory;
 pub mod news;
+pub mod packed_status;
 pub mod reconcile;
 pub mod replica_counts;
 pub mod status;

@@ -1,8 +1,6 @@
 //! One BacklogBudget reconcile, in one pass: read the decision's memory and every fact once →
 //! decide (pure, [`super::decide`]) → apply the plan's steps in order → export the numbers.
 
-use std::sync::Arc;
-
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -21,6 +19,7 @@ use super::document_writes::DocumentWrites;
 use super::facts::{BudgetFacts, gather};
 use super::memory::{DecisionMemory, Remembered};
 use super::news::{Written, is_news};
+use super::packed_status::PackedStatus;
 
 /// How soon a budget reconciled before the budgets and HPAs were listed is looked at again.
 const BUDGETS_NOT_LISTED: std::time::Duration = std::time::Duration::from_secs(1);
@@ -60,7 +59,13 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     };
     // Decide.
     let now = Timestamp::now();
-    let plan = decide(&settings, &facts, &remembered.decided, now);
+    let previous = remembered.decided.unpack().unwrap_or_else(|error| {
+        // Only this process packs a status; were one ever unreadable, the budget would start
+        // afresh, as it does the first time this process sees it without a status.
+        tracing::error!(%namespace, %name, %error, "the remembered status is unreadable");
+        BacklogBudgetStatus::default()
+    });
+    let plan = decide(&settings, &facts, &previous, now);
     let next_written = Written::of(&plan.status);
     let (steps, writes) = only_news(plan.steps, &remembered, &plan.status, &next_written, now);
     // Apply.
@@ -72,7 +77,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         documents: &ctx.document_writes,
     };
     execute(&steps, &effects).await.into_result()?;
-    let decided = Arc::new(plan.status);
+    let decided = PackedStatus::pack(&plan.status);
     let (written, written_at) = if writes {
         (next_written, Some(now))
     } else {

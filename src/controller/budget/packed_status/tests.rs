@@ -1,0 +1,130 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+use crate::api::backlog_budget::{BudgetPhase, Observed};
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str, second: i64) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: Time(Timestamp::from_second(second).expect("a time")),
+        observed_generation: Some(3),
+    }
+}
+
+/// A status as a budget polls it, with wording and numbers of its own (not the dictionary's).
+fn decided() -> BacklogBudgetStatus {
+    // Times of the decision's own memory carry nanoseconds, which must survive.
+    let precise = Timestamp::new(1_800_000_123, 456_789_012).expect("a time");
+    BacklogBudgetStatus {
+        observed_generation: Some(3),
+        phase: Some(BudgetPhase::AtRisk),
+        observed: Some(Observed {
+            backlog: Some(48_213.0),
+            produce_rate: Some(912.5),
+            at: Some(Time(precise)),
+            backlog_since: Some(Time(precise)),
+            ..Observed::default()
+        }),
+        explanation: Some("oldest event 7m12s of 10m0s: 6 replicas drain 48213 in 3m2s".into()),
+        conditions: vec![
+            condition(
+                "CapacityPlan",
+                "True",
+                "Fits",
+                "24 replicas complete 9.6k/s, 3.1× the peak produce rate of the last 24h (3.1k/s)",
+                1_799_990_000,
+            ),
+            condition(
+                "DeadlineAtRisk",
+                "True",
+                "PastWarningThreshold",
+                "oldest unfinished event is 7m12s old, 72% of the 10m deadline",
+                1_800_000_000,
+            ),
+            condition(
+                "MetricsAvailable",
+                "True",
+                "AllQueriesAnswered",
+                "every query returned one sample",
+                1_799_990_000,
+            ),
+            condition(
+                "ControlDocumentPublished",
+                "True",
+                "Published",
+                "ConfigMap billing-backlog-control key control.json, revision 7: retry policy billing-retries, 2 event classes",
+                1_799_990_000,
+            ),
+            condition(
+                "ScalingActive",
+                "True",
+                "ScaledUp",
+                "4 → 6 replicas: backlog 48.2k, λ 912/s, μ/replica 400/s → 6 replicas keep the oldest age below 5m (predicted peak 8m1s)",
+                1_800_000_000,
+            ),
+            condition(
+                "Ready",
+                "False",
+                "AtRisk",
+                "oldest unfinished event is 7m12s old, 72% of the 10m deadline",
+                1_800_000_000,
+            ),
+        ],
+        ..BacklogBudgetStatus::default()
+    }
+}
+
+#[test]
+fn a_status_unpacks_as_it_was_packed_with_its_own_times_exact() {
+    let status = decided();
+    let packed = PackedStatus::pack(&status);
+    assert_eq!(packed.unpack().expect("unpacks"), status);
+    let empty = BacklogBudgetStatus::default();
+    assert_eq!(PackedStatus::pack(&empty).unpack().expect("unpacks"), empty);
+    assert_eq!(PackedStatus::pack(&empty).packed_condition_bytes(), 0);
+}
+
+#[test]
+fn conditions_pack_to_a_small_share_of_their_text() {
+    let status = decided();
+    let json = serde_json::to_vec(&status.conditions)
+        .expect("serializes")
+        .len();
+    let packed = PackedStatus::pack(&status).packed_condition_bytes();
+    // The dictionary carries the field names and the usual wording; what is left is mostly
+    // this budget's own numbers and names. Without the dictionary LZ4 leaves about half.
+    assert!(packed * 3 < json, "{packed} bytes packed of {json}");
+    let without_dictionary = lz4_flex::block::compress_prepend_size(
+        &serde_json::to_vec(&status.conditions).expect("serializes"),
+    )
+    .len();
+    assert!(
+        packed < without_dictionary,
+        "{packed} with the dictionary, {without_dictionary} without"
+    );
+}
+
+#[test]
+fn the_dictionary_sample_is_a_list_of_conditions() {
+    let sample: Vec<Condition> =
+        serde_json::from_str(DICTIONARY_SAMPLE).expect("the dictionary sample parses");
+    assert!(!sample.is_empty());
+    assert_eq!(
+        *DICTIONARY,
+        serde_json::to_vec(&sample).expect("serializes")
+    );
+}
+
+#[test]
+fn damaged_bytes_are_an_error_not_a_panic() {
+    let mut packed = PackedStatus::pack(&decided());
+    let mut bytes = packed.conditions.to_vec();
+    let middle = bytes.len() / 2;
+    bytes.truncate(middle);
+    packed.conditions = bytes.into();
+    assert!(packed.unpack().is_err());
+}
