@@ -890,11 +890,17 @@ fn scale(
         },
         &settings,
     );
-    let undrainable = lambda > 0.0
-        && group_capacity(cap, values.partitions, rate) <= lambda
-        && !values.used.per_replica_rate_is_lower_bound();
+    let capped_capacity = group_capacity(cap, values.partitions, rate);
+    let undrainable =
+        lambda > 0.0 && capped_capacity <= lambda && !values.used.per_replica_rate_is_lower_bound();
+    // Sizing follows a λ read from the backlog's rise, but the claim that the backlog can never
+    // catch up (the phase, its condition and explanation) rests on the rate Prometheus measured
+    // too: a rise read between two samples whose times the operator does not know can
+    // over-read the arrivals for a poll, and a claim that comes and goes is worse than one a
+    // poll late.
+    let claimed_undrainable = undrainable && capped_capacity <= values.queried_produce_rate;
     // What the deadline would need without the cap, for the PartitionLimited message.
-    let raw = if planned.reason == PlanReason::CapFallsShort || undrainable {
+    let raw = if planned.reason == PlanReason::CapFallsShort || claimed_undrainable {
         let drain = drain_window(
             config.target_drain_seconds,
             config.deadline_seconds,
@@ -993,7 +999,7 @@ fn scale(
     };
 
     let ratio = values.oldest_age / config.deadline_seconds;
-    let phase = if undrainable {
+    let phase = if claimed_undrainable {
         BudgetPhase::Undrainable
     } else if ratio >= config.critical_at {
         BudgetPhase::Breaching
@@ -1008,7 +1014,7 @@ fn scale(
         &planned,
         &settings,
         capacity,
-        undrainable,
+        claimed_undrainable,
         (recommendation, current),
         (floor, cap),
         limited_by_partitions,
@@ -1030,7 +1036,7 @@ fn scale(
             "AllQueriesAnswered",
             metrics_message(&values.used),
         ),
-        if limited_by_partitions || (undrainable && partition_bound) {
+        if limited_by_partitions || (claimed_undrainable && partition_bound) {
             ConditionSpec::new(
                 PARTITION_LIMITED,
                 Truth::True,

@@ -896,6 +896,49 @@ fn a_backlog_rising_under_a_still_window_is_slower_consumers_not_arrivals() {
 }
 
 #[test]
+fn a_rise_alone_sizes_the_group_but_does_not_claim_the_backlog_can_never_catch_up() {
+    // The cap's 48 consumers complete 19.2k/s. The backlog's rise reads 25k/s arriving
+    // (279k more in 15 s while 6.4k/s completed), the rate window 8.1k/s: the count follows
+    // the rise, the claim waits for Prometheus' rate to say so too.
+    let c = tight_deadline_at_the_partition_cap();
+    let steady = with_completions(inputs(10_800.0, 6249.0, 2.0, 16), 6400.0);
+    let first = decide(&c, &steady, &running_for_an_hour(), at(0));
+    let flooded = with_completions(inputs(289_800.0, 8128.0, 5.0, 16), 6400.0);
+    let second = decide(&c, &flooded, &first.memory, at(15));
+    assert!(
+        second.used.produce_rate_from_backlog,
+        "{}",
+        second.explanation
+    );
+    assert_eq!(second.desired, 48, "{}", second.explanation);
+    assert_ne!(
+        second.phase,
+        BudgetPhase::Undrainable,
+        "{}",
+        second.explanation
+    );
+    assert!(
+        !second.explanation.contains("can never catch up"),
+        "{}",
+        second.explanation
+    );
+    // Once the window measures it too, the claim is made.
+    let measured = with_completions(inputs(289_800.0, 25_000.0, 5.0, 16), 6400.0);
+    let third = decide(&c, &measured, &first.memory, at(15));
+    assert_eq!(
+        third.phase,
+        BudgetPhase::Undrainable,
+        "{}",
+        third.explanation
+    );
+    assert!(
+        third.explanation.contains("can never catch up"),
+        "{}",
+        third.explanation
+    );
+}
+
+#[test]
 fn arrivals_seen_rising_counts_no_more_completions_than_the_ready_replicas_make() {
     let previous = PreviousObservation {
         at: at(0),
