@@ -9,7 +9,11 @@
 //! Settings (environment): `N` budgets (100), `SETTLE` and `WINDOW` seconds (180 and 300),
 //! `POLL` seconds (15), `GROUP_BY=1` to give every budget `metrics.groupBy: group` (their
 //! queries differ only in that label's value), `OPERATOR_ARGS` for more operator flags
-//! (`OPERATOR_ARGS=--api-qps=0`).
+//! (`OPERATOR_ARGS=--api-qps=0`), `OPERATOR_LOG` for a path to keep the operator's log at (it
+//! is in the throwaway cluster's directory otherwise), `OPERATOR_WRAPPER` for a command to run
+//! it under (`OPERATOR_WRAPPER="heaptrack -o /tmp/profile"`; a heap profile needs the system
+//! allocator, `cargo bench --bench scale --no-default-features`; RSS and CPU are then the
+//! wrapper's).
 
 // Shared with the integration tests, which use all of it.
 #[allow(dead_code)]
@@ -17,6 +21,7 @@
 mod exporter;
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -288,12 +293,30 @@ async fn create_objects(client: &Client, n: u64, poll: u64, group_by: bool) -> I
     Instant::now()
 }
 
-/// The operator process, killed when dropped, also when the bench fails half-way.
+/// The operator process, stopped when dropped, also when the bench fails half-way: asked to
+/// stop (SIGTERM, so it exits as in a rollout and an allocator's exit statistics, with
+/// `MIMALLOC_SHOW_STATS=1`, reach its log), killed if it has not after ten seconds. The
+/// signals go to its process group, which holds a profiler wrapping it too.
 struct Operator(Child);
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        let Ok(group) = libc::pid_t::try_from(self.0.id()) else {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            return;
+        };
+        // SAFETY: kill has no memory preconditions; the group is our child's own.
+        unsafe { libc::kill(-group, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: as above; whatever is left of the group goes.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
         let _ = self.0.wait();
     }
 }
@@ -332,9 +355,26 @@ fn operator_args() -> Vec<String> {
 }
 
 fn start_operator(cluster: &LocalCluster, prometheus: &str) -> Child {
-    let log = std::fs::File::create(cluster.state_dir().join("operator-scale.log"))
-        .expect("the operator's log");
-    Command::new(env!("CARGO_BIN_EXE_backlog-operator"))
+    let path = std::env::var_os("OPERATOR_LOG").map_or_else(
+        || cluster.state_dir().join("operator-scale.log"),
+        Into::into,
+    );
+    let log = std::fs::File::create(path).expect("the operator's log");
+    // A profiler may wrap the operator: `OPERATOR_WRAPPER="heaptrack -o /tmp/profile"`.
+    let wrapper = std::env::var("OPERATOR_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command
+                .args(words)
+                .arg(env!("CARGO_BIN_EXE_backlog-operator"));
+            command
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_backlog-operator")),
+    };
+    command
+        .process_group(0)
         .args([
             "run",
             "--listen=127.0.0.1:0",
@@ -345,6 +385,11 @@ fn start_operator(cluster: &LocalCluster, prometheus: &str) -> Child {
         .args(operator_args())
         .env("KUBECONFIG", cluster.kubeconfig_path())
         .env("RUST_LOG", "warn")
+        // As the chart runs it (charts/backlog-operator/templates/deployment.yaml), unless set.
+        .env(
+            "MIMALLOC_PURGE_DELAY",
+            std::env::var("MIMALLOC_PURGE_DELAY").unwrap_or_else(|_| "0".to_owned()),
+        )
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("the log"))
         .stderr(log)
