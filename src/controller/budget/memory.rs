@@ -29,7 +29,7 @@ pub struct Remembered {
     /// What the last poll decided.
     pub decided: PackedStatus,
     /// What the API server holds, as far as this process knows: only what tells whether a
-    /// new status is news, so a budget costs one whole status here.
+    /// new status is news, so a budget costs one (packed) status here.
     pub written: Written,
     /// When `written` was written (`None`: unknown).
     pub written_at: Option<Timestamp>,
