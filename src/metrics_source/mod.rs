@@ -86,7 +86,25 @@ pub struct Asking<'a> {
 }
 
 /// Whether an expression can share a grouped evaluation, with when it was last asked.
-type Groupings = HashMap<(String, String), (Instant, Arc<Result<Grouped, NotGroupable>>)>;
+type Groupings = HashMap<GroupingKey, (Instant, Arc<Result<Grouped, NotGroupable>>)>;
+
+/// A grouping's key: a digest of its label and expression instead of their text, which at
+/// thousands of budgets (every budget's expressions differ in a label value) was most of this
+/// cache. SHA-256, so no budget can write an expression that takes another's key.
+type GroupingKey = [u8; 16];
+
+fn grouping_key(label: &str, expression: &str) -> GroupingKey {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update((label.len() as u64).to_le_bytes())
+        .chain_update(label)
+        .chain_update(expression)
+        .finalize();
+    let mut key = GroupingKey::default();
+    let length = key.len();
+    key.copy_from_slice(&digest[..length]);
+    key
+}
 
 /// Observer of query latencies (the operator's own metrics).
 pub trait QueryObserver: Send + Sync {
@@ -303,7 +321,7 @@ impl MetricsSource {
     /// Whether `expression` can share a grouped evaluation by `label`, remembered.
     pub fn grouping(&self, expression: &str, label: &str) -> Arc<Result<Grouped, NotGroupable>> {
         let mut answers = self.answers();
-        let key = (label.to_owned(), expression.to_owned());
+        let key = grouping_key(label, expression);
         if let Some((asked, grouping)) = answers.groupings.get_mut(&key) {
             *asked = Instant::now();
             return Arc::clone(grouping);
