@@ -1,6 +1,6 @@
 //! `BacklogBudget` (`bb`): one consumer workload and its promise in time.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -536,11 +536,11 @@ pub struct BacklogBudgetStatus {
     pub recent_demand: Vec<DemandBucket>,
     /// Since when pods of the last scale-up have not all been ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pods_pending_since: Option<Time>,
+    pub pods_pending_since: Option<MicroTime>,
     /// Since when work has waited beyond what the consumers complete in two polls: their
     /// completion rate is measured as capacity once this spans the rate window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub busy_since: Option<Time>,
+    pub busy_since: Option<MicroTime>,
     /// How long the last scale-up took until every pod was ready (plans assume 30 s before
     /// one was seen).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -548,7 +548,7 @@ pub struct BacklogBudgetStatus {
     /// When the replicas changed in the last hour (for `scaling.maxChangesPerHour`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 200))]
-    pub recent_scale_changes: Vec<Time>,
+    pub recent_scale_changes: Vec<MicroTime>,
     /// Economy: since when the replicas complete less than arrives while the deadline has
     /// room, and when economy last ended because the room was used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -589,7 +589,7 @@ pub struct CapacityStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_per_replica_rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub measured_at: Option<Time>,
+    pub measured_at: Option<MicroTime>,
     /// The measurement is of consumers that were not saturated: they can do at least this.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub measured_lower_bound: bool,
@@ -602,7 +602,7 @@ pub struct CapacityStatus {
     /// (the consumers idled and were never saturated); at most one try per cost
     /// window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probed_at: Option<Time>,
+    pub probed_at: Option<MicroTime>,
 }
 
 /// Economy's memory (`scaling.economyDwell`).
@@ -611,21 +611,21 @@ pub struct CapacityStatus {
 pub struct EconomyStatus {
     /// Since when the replicas complete less than arrives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<Time>,
+    pub since: Option<MicroTime>,
     /// The load when it began, in replicas' worth of work (λ / per-replica rate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<f64>,
     /// When economy last ended because its room was used: it is not entered again within
     /// `scaling.economyDwell` of this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub left_at: Option<Time>,
+    pub left_at: Option<MicroTime>,
 }
 
 /// A run of about the same λ: when it began and its highest value.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DemandBucket {
-    pub at: Time,
+    pub at: MicroTime,
     pub produce_rate: f64,
 }
 
@@ -657,18 +657,18 @@ pub struct Observed {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at: Option<Time>,
+    pub at: Option<MicroTime>,
     /// When this backlog sample was first seen: a scrape slower than the poll shows one
     /// sample to several polls, and the next sample's change spans the time since then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backlog_since: Option<Time>,
+    pub backlog_since: Option<MicroTime>,
 }
 
 /// The last change the operator made to the target's replicas.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LastScale {
-    pub at: Time,
+    pub at: MicroTime,
     pub from: i32,
     pub to: i32,
     pub reason: String,
@@ -683,7 +683,7 @@ pub struct LastScale {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingScale {
-    pub since: Time,
+    pub since: MicroTime,
     /// The recommendation (made at `since`, or held since then).
     pub replicas: i32,
 }
@@ -695,7 +695,7 @@ pub struct EventClassStatus {
     pub name: String,
     pub state: ClassState,
     /// When the class entered this state.
-    pub since: Time,
+    pub since: MicroTime,
     /// Last failure ratio seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_ratio: Option<f64>,
@@ -705,7 +705,7 @@ pub struct EventClassStatus {
     pub transition_ratio: Option<f64>,
     /// Since when the ratio has been at or above the threshold (Active) or below it (Probing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub condition_since: Option<Time>,
+    pub condition_since: Option<MicroTime>,
     /// The current pause length; doubles on each failed probe up to maxOpenDuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_duration: Option<String>,

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{BacklogBudgetStatus, ClassState, EventClass, EventClassStatus};
@@ -67,10 +67,10 @@ pub fn status_of(name: &str, memory: &ClassMemory, probe_ratio: Option<f64>) -> 
     EventClassStatus {
         name: name.to_owned(),
         state: memory.state,
-        since: Time(memory.since),
+        since: MicroTime(memory.since),
         failure_ratio: memory.failure_ratio,
         transition_ratio: memory.transition_ratio,
-        condition_since: memory.condition_since.map(Time),
+        condition_since: memory.condition_since.map(MicroTime),
         open_duration: memory
             .open_seconds
             .map(|seconds| format_go_duration(Duration::from_secs_f64(seconds.max(0.0)))),

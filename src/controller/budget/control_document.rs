@@ -401,7 +401,7 @@ pub fn published_condition(
 mod tests {
     use super::*;
     use crate::api::retry_policy::RetryPolicySpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(seconds).unwrap()
@@ -430,7 +430,7 @@ mod tests {
         EventClassStatus {
             name: name.into(),
             state,
-            since: Time(at(100)),
+            since: MicroTime(at(100)),
             failure_ratio: Some(0.9),
             transition_ratio: Some(0.9),
             condition_since: None,

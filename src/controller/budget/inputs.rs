@@ -252,14 +252,14 @@ pub fn conflict_inputs(owner: &str, workload: Workload) -> ScalingInputs {
 mod tests {
     use super::*;
     use crate::api::backlog_budget::ClassState;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use k8s_openapi::jiff::Timestamp;
 
     fn class(name: &str, state: ClassState) -> EventClassStatus {
         EventClassStatus {
             name: name.into(),
             state,
-            since: Time(Timestamp::UNIX_EPOCH),
+            since: MicroTime(Timestamp::UNIX_EPOCH),
             failure_ratio: None,
             transition_ratio: None,
             condition_since: None,

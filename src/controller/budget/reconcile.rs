@@ -19,7 +19,7 @@ use super::document_writes::DocumentWrites;
 use super::facts::{BudgetFacts, gather};
 use super::memory::{DecisionMemory, Remembered};
 use super::news::{Written, is_news};
-use super::packed_status::PackedStatus;
+use super::packed_status::{PackedStatus, decision_clock};
 
 /// How soon a budget reconciled before the budgets and HPAs were listed is looked at again.
 const BUDGETS_NOT_LISTED: std::time::Duration = std::time::Duration::from_secs(1);
@@ -58,7 +58,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         None => (BudgetFacts::Unread, None),
     };
     // Decide.
-    let now = Timestamp::now();
+    let now = decision_clock();
     let previous = remembered.decided.unpack().unwrap_or_else(|error| {
         // Only this process packs a status; were one ever unreadable, the budget would start
         // afresh, as it does the first time this process sees it without a status.

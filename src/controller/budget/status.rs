@@ -1,7 +1,7 @@
 //! Between the decision and the API: the decision's memory read back from status, and the new
 //! status built from a decision. Pure.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{
@@ -25,7 +25,7 @@ fn pending_of(p: &PendingScale) -> Pending {
 
 fn pending_to_api(p: &Pending) -> PendingScale {
     PendingScale {
-        since: Time(p.since),
+        since: MicroTime(p.since),
         replicas: i32::try_from(p.replicas).unwrap_or(i32::MAX),
     }
 }
@@ -106,9 +106,9 @@ fn economy_of(status: &EconomyStatus) -> EconomyMemory {
 /// Economy's memory as kept in status; `None` when there is nothing to remember.
 fn economy_to_api(memory: &EconomyMemory) -> Option<EconomyStatus> {
     (*memory != EconomyMemory::default()).then(|| EconomyStatus {
-        since: memory.run.map(|run| Time(run.since)),
+        since: memory.run.map(|run| MicroTime(run.since)),
         load: memory.run.map(|run| run.load),
-        left_at: memory.left_at.map(Time),
+        left_at: memory.left_at.map(MicroTime),
     })
 }
 
@@ -126,7 +126,7 @@ pub fn after_decision(
     let used = &decision.used;
     let last_scale = match &decision.change {
         Some(change) => Some(LastScale {
-            at: Time(now),
+            at: MicroTime(now),
             from: to_i32(change.from),
             to: to_i32(change.to),
             reason: change.reason.clone(),
@@ -148,8 +148,8 @@ pub fn after_decision(
             oldest_age_estimated: used.oldest_age_estimated,
             partitions: used.partitions.map(to_i32),
             replicas: Some(to_i32(used.replicas)),
-            at: Some(Time(now)),
-            backlog_since: decision.memory.previous.map(|p| Time(p.value_since)),
+            at: Some(MicroTime(now)),
+            backlog_since: decision.memory.previous.map(|p| MicroTime(p.value_since)),
         }),
         drain_time_seconds: decision
             .drain_time_seconds
@@ -171,10 +171,10 @@ pub fn after_decision(
                 source,
                 per_replica_rate: rate,
                 measured_per_replica_rate: decision.memory.capacity.map(|m| m.per_replica_rate),
-                measured_at: decision.memory.capacity.map(|m| Time(m.at)),
+                measured_at: decision.memory.capacity.map(|m| MicroTime(m.at)),
                 measured_lower_bound: decision.memory.capacity.is_some_and(|m| m.lower_bound),
                 measured_confirmations: decision.memory.capacity.map_or(0, |m| m.confirmations),
-                probed_at: decision.memory.probed_at.map(Time),
+                probed_at: decision.memory.probed_at.map(MicroTime),
             }),
             _ => previous.capacity.clone(),
         },
@@ -183,12 +183,12 @@ pub fn after_decision(
             .demand
             .iter()
             .map(|sample| DemandBucket {
-                at: Time(sample.at),
+                at: MicroTime(sample.at),
                 produce_rate: sample.rate,
             })
             .collect(),
-        pods_pending_since: decision.memory.pods_pending_since.map(Time),
-        busy_since: decision.memory.busy_since.map(Time),
+        pods_pending_since: decision.memory.pods_pending_since.map(MicroTime),
+        busy_since: decision.memory.busy_since.map(MicroTime),
         economy: economy_to_api(&decision.memory.economy),
         pod_start_seconds: decision.memory.pod_start_seconds,
         recent_scale_changes: decision
@@ -196,7 +196,7 @@ pub fn after_decision(
             .recent_changes
             .iter()
             .copied()
-            .map(Time)
+            .map(MicroTime)
             .collect(),
         conditions: merge_conditions(&previous.conditions, &decision.conditions, generation, now),
         ..previous.clone()

@@ -492,3 +492,50 @@ fn a_phase_event_reports_a_change_and_a_first_look_that_is_not_healthy() {
     );
     assert_eq!(reason(Some(BudgetPhase::Healthy), None), None);
 }
+
+/// The decision memory keeps each status packed ([`PackedStatus`]); the next poll must read
+/// exactly what this one decided, or it would continue from other numbers and times, and
+/// a status that differs from the one written would be news at every poll.
+#[test]
+fn every_decided_status_reads_back_from_the_memory_as_decided() {
+    use crate::controller::budget::packed_status::PackedStatus;
+    let budget = budget();
+    let settings = BudgetSettings::of(&budget);
+    // Microsecond times, as the decision clock reads them, not on whole seconds.
+    let start = Timestamp::new(1_800_000_000, 123_457_000).unwrap();
+    let polls = [
+        behind_facts(),
+        facts(90_000.0, 550.0, 6, 0.9),
+        aged_facts(60_000.0, 130.7, 550.0, 6, 0.9),
+        aged_facts(2_000.0, 3.3, 120.0, 6, 0.95),
+        facts(0.0, 120.0, 6, 0.0),
+        facts(0.0, 120.0, 2, 0.0),
+    ];
+    let mut previous = BacklogBudgetStatus::default();
+    for (poll, facts) in polls.iter().enumerate() {
+        let micros = i64::try_from(poll).unwrap() * 1_033_333;
+        let now = start
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_micros(micros))
+            .unwrap();
+        let status = decide(&settings, facts, &previous, now).status;
+        let remembered = PackedStatus::pack(&status).unpack().expect("unpacks");
+        // Conditions' transition times keep whole seconds, as on the API server (and in the
+        // status's fingerprint); everything else reads back exactly.
+        let without_conditions = |status: &BacklogBudgetStatus| BacklogBudgetStatus {
+            conditions: vec![],
+            ..status.clone()
+        };
+        assert_eq!(
+            without_conditions(&remembered),
+            without_conditions(&status),
+            "poll {poll}"
+        );
+        assert_eq!(
+            serde_json::to_value(&remembered.conditions).unwrap(),
+            serde_json::to_value(&status.conditions).unwrap(),
+            "poll {poll}"
+        );
+        previous = remembered;
+    }
+    assert!(previous.last_scale.is_some() && !previous.recent_demand.is_empty());
+}

@@ -1,4 +1,4 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use proptest::prelude::*;
 
 use super::*;
@@ -25,7 +25,7 @@ fn status(backlog: f64, explanation: &str) -> BacklogBudgetStatus {
         observed: Some(Observed {
             backlog: Some(backlog),
             produce_rate: Some(1000.0),
-            at: Some(Time(at(0))),
+            at: Some(MicroTime(at(0))),
             ..Default::default()
         }),
         explanation: Some(explanation.to_owned()),
@@ -46,7 +46,7 @@ fn the_observation_time_alone_is_no_news() {
     let written = status(1000.0, "holding 4");
     let mut next = written.clone();
     if let Some(observed) = next.observed.as_mut() {
-        observed.at = Some(Time(at(15)));
+        observed.at = Some(MicroTime(at(15)));
     }
     assert!(!is_news(&written, Some(at(0)), &next, at(3600)));
 }
@@ -106,7 +106,7 @@ fn the_decisions_memory_rides_along_with_the_next_news() {
     let written = status(1000.0, "holding 4");
     let mut next = written.clone();
     next.recent_demand.push(DemandBucket {
-        at: Time(at(10)),
+        at: MicroTime(at(10)),
         produce_rate: 1000.0,
     });
     assert!(!is_news(&written, Some(at(0)), &next, at(60)));
