@@ -29,8 +29,9 @@ pub struct Written {
     content: u64,
     /// A fingerprint of what a reader acts on ([`headline`]).
     headline: u64,
-    /// The live numbers.
-    numbers: Vec<Option<f64>>,
+    /// The live numbers, to single precision: they are compared at a tolerance of a tenth,
+    /// and the operator keeps them for every budget.
+    numbers: Box<[Option<f32>]>,
 }
 
 impl Written {
@@ -121,19 +122,19 @@ fn headline(status: &BacklogBudgetStatus) -> BacklogBudgetStatus {
 }
 
 /// Whether any live number moved by more than the tolerance, or appeared or went away.
-fn numbers_moved(before: &[Option<f64>], after: &[Option<f64>]) -> bool {
+fn numbers_moved(before: &[Option<f32>], after: &[Option<f32>]) -> bool {
     before.len() != after.len() || before.iter().zip(after).any(|(&a, &b)| number_moved(a, b))
 }
 
-fn number_moved(a: Option<f64>, b: Option<f64>) -> bool {
-    match (a, b) {
+fn number_moved(a: Option<f32>, b: Option<f32>) -> bool {
+    match (a.map(f64::from), b.map(f64::from)) {
         (Some(a), Some(b)) => (a - b).abs() > NUMBER_TOLERANCE * a.abs().max(b.abs()),
         (None, None) => false,
         _ => true,
     }
 }
 
-fn numbers(status: &BacklogBudgetStatus) -> Vec<Option<f64>> {
+fn numbers(status: &BacklogBudgetStatus) -> Box<[Option<f32>]> {
     let observed = status.observed.as_ref();
     let capacity = status.capacity.as_ref();
     let mut numbers = vec![
@@ -154,6 +155,9 @@ fn numbers(status: &BacklogBudgetStatus) -> Vec<Option<f64>> {
         numbers.push(class.transition_ratio);
     }
     numbers
+        .into_iter()
+        .map(|number| number.map(|n| n as f32))
+        .collect()
 }
 
 /// `text` with every number replaced by `#`: "drains in 4m10s" and "drains in 4m12s" say
