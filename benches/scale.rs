@@ -295,7 +295,7 @@ async fn create_objects(client: &Client, n: u64, poll: u64, group_by: bool) -> I
 
 /// The operator process, stopped when dropped, also when the bench fails half-way: asked to
 /// stop (SIGTERM, so it exits as in a rollout and an allocator's exit statistics, with
-/// `MIMALLOC_SHOW_STATS=1`, reach its log), killed if it has not after ten seconds. The
+/// `_RJEM_MALLOC_CONF=stats_print:true`, reach its log), killed if it has not after ten seconds. The
 /// signals go to its process group, which holds a profiler wrapping it too.
 struct Operator(Child);
 
@@ -385,11 +385,6 @@ fn start_operator(cluster: &LocalCluster, prometheus: &str) -> Child {
         .args(operator_args())
         .env("KUBECONFIG", cluster.kubeconfig_path())
         .env("RUST_LOG", "warn")
-        // As the chart runs it (charts/backlog-operator/templates/deployment.yaml), unless set.
-        .env(
-            "MIMALLOC_PURGE_DELAY",
-            std::env::var("MIMALLOC_PURGE_DELAY").unwrap_or_else(|_| "0".to_owned()),
-        )
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("the log"))
         .stderr(log)
