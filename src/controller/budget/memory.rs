@@ -200,4 +200,34 @@ mod tests {
         assert!(!memory.keep("shop", "orders", first));
         assert_eq!(memory.remembered(), 0);
     }
+
+    #[test]
+    fn a_status_written_in_whole_seconds_is_continued_from() {
+        // What an operator before microsecond times wrote: a new leader (or an upgrade)
+        // reads it from its watch cache and continues from it.
+        let written: BacklogBudgetStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Healthy",
+            "observed": {"backlog": 10.0, "at": "2026-12-01T10:00:05Z"},
+            "lastScale": {"at": "2026-12-01T09:58:00Z", "from": 2, "to": 3, "reason": "r"},
+            "recentDemand": [{"at": "2026-12-01T09:50:00Z", "produceRate": 100.5}],
+            "busySince": "2026-12-01T09:59:30Z"
+        }))
+        .expect("a status in whole seconds reads");
+        let at = |text: &str| text.parse::<Timestamp>().expect("a time");
+        assert_eq!(
+            written
+                .observed
+                .as_ref()
+                .and_then(|o| o.at.as_ref())
+                .map(|t| t.0),
+            Some(at("2026-12-01T10:00:05Z"))
+        );
+        assert_eq!(
+            written.busy_since.as_ref().map(|t| t.0),
+            Some(at("2026-12-01T09:59:30Z"))
+        );
+        let remembered = DecisionMemory::default().recall("shop", "orders", None, Some(&written));
+        assert_eq!(remembered.written_at, Some(at("2026-12-01T10:00:05Z")));
+        assert_eq!(remembered.decided.unpack().expect("a status"), written);
+    }
 }
