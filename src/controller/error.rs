@@ -175,6 +175,14 @@ pub enum Error {
     /// A call that did not answer in time (it did not fail: it hung).
     #[error("{what} took longer than {seconds}s")]
     Timeout { what: String, seconds: u64 },
+    /// What this process packed for keeping does not read back (a bug, never the user's
+    /// doing).
+    #[error("cannot read the cached {what}: {source}")]
+    Cached {
+        what: &'static str,
+        #[source]
+        source: crate::controller::budget::packed::UnpackError,
+    },
     /// A plan the shell cannot carry out (a bug, never the user's doing).
     #[error("inconsistent plan: {0}")]
     Inconsistent(&'static str),
@@ -200,6 +208,7 @@ impl Error {
             | Error::Settings(_)
             | Error::MissingUid { .. }
             | Error::Encode { .. }
+            | Error::Cached { .. }
             | Error::Inconsistent(_) => Persistence::Permanent,
         }
     }
@@ -216,6 +225,7 @@ impl Error {
             Error::Leadership(_) => "leadership",
             Error::Settings(_) => "settings",
             Error::Timeout { .. } => "timeout",
+            Error::Cached { .. } => "cached",
             Error::Inconsistent(_) => "inconsistent",
         }
     }

@@ -12,7 +12,7 @@ use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use crate::api::backlog_budget::BacklogBudget;
+use super::budget::cached::CachedBudget;
 use crate::api::retry_policy::RetryPolicy;
 use crate::telemetry::Metrics;
 
@@ -28,7 +28,7 @@ pub fn open(
     scope: &Scope,
     metrics: Arc<Metrics>,
 ) -> (
-    budget::Shared<Events<BacklogBudget>>,
+    budget::Shared<Events<CachedBudget>>,
     retry_policy::Shared<Events<RetryPolicy>>,
 ) {
     let (budgets, writer) = reflector::store();
@@ -44,7 +44,7 @@ pub fn open(
     // The reflector updates the store before it yields an event, so whatever the event
     // triggers already sees the change.
     let budget_events = watcher(
-        scope.api::<BacklogBudget>(client),
+        scope.api::<CachedBudget>(client),
         watcher::Config::default(),
     )
     .modify(move |budget| {
@@ -59,7 +59,12 @@ pub fn open(
             index.apply(event);
             notices.note(event);
             if let watcher::Event::Delete(deleted) = event {
-                budget::reconcile::forget_deleted_budget(&known, &writing, &metrics, deleted);
+                budget::reconcile::forget_deleted_budget(
+                    &known,
+                    &writing,
+                    &metrics,
+                    &deleted.metadata,
+                );
             }
             if let watcher::Event::InitDone = event {
                 mark_budgets_listed.mark();

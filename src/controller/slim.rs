@@ -9,7 +9,9 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
-use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus};
+use crate::api::backlog_budget::BacklogBudgetStatus;
+
+use super::budget::cached::CachedBudget;
 
 use super::synced::SYNCED;
 
@@ -41,7 +43,7 @@ pub fn identity_only(meta: &mut ObjectMeta) {
 /// after that the status is its own memory, and a copy here would be a second one per budget.
 /// The `Synced` condition stays: every reconcile reads it to tell whether a failure it
 /// reported has cleared ([`super::synced`]).
-pub fn budget(budget: &mut BacklogBudget, remembered: impl Fn(&str, &str, Option<&str>) -> bool) {
+pub fn budget(budget: &mut CachedBudget, remembered: impl Fn(&str, &str, Option<&str>) -> bool) {
     bookkeeping(budget);
     let meta = &budget.metadata;
     let known = match (meta.namespace.as_deref(), meta.name.as_deref()) {
@@ -83,7 +85,7 @@ mod tests {
 
     #[test]
     fn a_budget_keeps_its_status_until_the_decision_remembers_it() {
-        let mut full: BacklogBudget =
+        let mut full: crate::api::BacklogBudget =
             serde_yaml::from_str(include_str!("../../examples/backlog-budget.yaml"))
                 .expect("the example BacklogBudget");
         full.metadata.namespace = Some("shop".to_owned());
@@ -103,6 +105,7 @@ mod tests {
                 (namespace, name, seen) == ("shop", "orders", Some(uid))
             }
         };
+        let full = CachedBudget::from(full);
         let mut first_look = full.clone();
         budget(&mut first_look, remembers("u-1"));
         assert_eq!(
@@ -116,7 +119,10 @@ mod tests {
         assert_eq!(kept.phase, None);
         let types: Vec<&str> = kept.conditions.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(types, ["Synced"]);
-        assert_eq!(later.spec, full.spec);
+        assert_eq!(
+            later.budget().expect("unpacks").spec,
+            full.budget().expect("unpacks").spec
+        );
         let mut nothing_reported = full.clone();
         if let Some(status) = nothing_reported.status.as_mut() {
             status.conditions.retain(|c| c.type_ != "Synced");

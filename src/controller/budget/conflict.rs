@@ -2,8 +2,10 @@
 //! another BacklogBudget. The oldest budget keeps the target; everyone else hands off.
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::ResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{Resource, ResourceExt};
 
+use super::cached::CachedBudget;
 use crate::api::backlog_budget::{BacklogBudget, ScaleTargetRef};
 
 fn group_of(api_version: &str) -> &str {
@@ -21,7 +23,7 @@ fn same_target(a: &ScaleTargetRef, kind: &str, name: &str, api_version: Option<&
 pub fn other_owner(
     budget: &BacklogBudget,
     autoscalers: &[std::sync::Arc<HorizontalPodAutoscaler>],
-    budgets: &[std::sync::Arc<BacklogBudget>],
+    budgets: &[std::sync::Arc<CachedBudget>],
 ) -> Option<String> {
     let target = &budget.spec.scale_target_ref;
     let namespace = &budget.metadata.namespace;
@@ -34,23 +36,27 @@ pub fn other_owner(
     }) {
         return Some(format!("HorizontalPodAutoscaler {}", hpa.name_any()));
     }
-    let age = |b: &BacklogBudget| (b.creation_timestamp(), b.name_any());
     budgets
         .iter()
         .filter(|other| {
-            other.spec.scale_target_ref.name == target.name
+            other.target.name == target.name
                 && other.metadata.namespace == *namespace
                 && other.metadata.uid != budget.metadata.uid
                 && same_target(
                     target,
-                    &other.spec.scale_target_ref.kind,
-                    &other.spec.scale_target_ref.name,
-                    Some(&other.spec.scale_target_ref.api_version),
+                    &other.target.kind,
+                    &other.target.name,
+                    Some(&other.target.api_version),
                 )
         })
-        .filter(|other| age(other) < age(budget))
-        .min_by_key(|other| age(other))
+        .filter(|other| age(other.as_ref()) < age(budget))
+        .min_by_key(|other| age(other.as_ref()))
         .map(|other| format!("BacklogBudget {}", other.name_any()))
+}
+
+/// Older budgets own a target first; the name breaks a tie.
+fn age(budget: &impl Resource) -> (Option<Time>, String) {
+    (budget.creation_timestamp(), budget.name_any())
 }
 
 #[cfg(test)]
@@ -111,9 +117,12 @@ mod tests {
 
     #[test]
     fn the_oldest_budget_keeps_the_target() {
-        let old = Arc::new(budget("old", 0, "orders"));
-        let new = Arc::new(budget("new", 10, "orders"));
-        let all = vec![old.clone(), new.clone()];
+        let old = budget("old", 0, "orders");
+        let new = budget("new", 10, "orders");
+        let all = vec![
+            Arc::new(CachedBudget::from(old.clone())),
+            Arc::new(CachedBudget::from(new.clone())),
+        ];
         assert_eq!(other_owner(&old, &[], &all), None);
         assert_eq!(
             other_owner(&new, &[], &all),

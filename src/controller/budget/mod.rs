@@ -1,6 +1,7 @@
 //! The BacklogBudget controller: scales a workload to meet its deadline.
 
 mod apply;
+pub mod cached;
 mod capacity;
 pub mod classes;
 mod conflict;
@@ -14,6 +15,7 @@ mod grouping;
 pub mod inputs;
 pub mod memory;
 pub mod news;
+pub mod packed;
 pub mod packed_status;
 pub mod reconcile;
 pub mod replica_counts;
@@ -32,8 +34,8 @@ use kube::runtime::{Controller, Predicate, WatchStreamExt, controller, predicate
 use kube::{Resource, ResourceExt};
 use replica_counts::{DeploymentReplicas, StatefulSetReplicas};
 
-use crate::api::backlog_budget::BacklogBudget;
 use crate::api::retry_policy::RetryPolicy;
+use cached::CachedBudget;
 
 use super::Scope;
 use super::context::Context;
@@ -53,7 +55,7 @@ pub struct BudgetContext {
     /// budget is decided before (at startup and at every new term).
     pub autoscalers_listed: Listed,
     /// Every BacklogBudget in scope, for conflict detection.
-    pub budgets: Store<BacklogBudget>,
+    pub budgets: Store<CachedBudget>,
     /// The budgets by target, for conflict detection.
     pub targets: targets::TargetIndex,
     /// Every Deployment and StatefulSet in scope: the targets most budgets scale.
@@ -71,7 +73,7 @@ pub struct BudgetContext {
 }
 
 impl Reconciler for BudgetContext {
-    type Object = BacklogBudget;
+    type Object = CachedBudget;
     const NAME: &'static str = CONTROLLER;
 
     fn context(&self) -> &Context {
@@ -84,8 +86,12 @@ impl Reconciler for BudgetContext {
 
     async fn reconcile(
         &self,
-        budget: Arc<BacklogBudget>,
+        budget: Arc<CachedBudget>,
     ) -> Result<kube::runtime::controller::Action, Error> {
+        let budget = budget.budget().map_err(|source| Error::Cached {
+            what: "BacklogBudget spec",
+            source,
+        })?;
         reconcile::reconcile(&budget, self).await
     }
 }
@@ -100,7 +106,7 @@ pub struct Shared<BudgetEvents> {
     /// The budget watch, reflected into `budgets` and followed by `targets`; this controller
     /// drives it.
     pub budget_events: BudgetEvents,
-    pub budgets: Store<BacklogBudget>,
+    pub budgets: Store<CachedBudget>,
     pub targets: targets::TargetIndex,
     /// Kept by the RetryPolicy controller's watch.
     pub policies: Store<RetryPolicy>,
@@ -113,7 +119,7 @@ pub struct Shared<BudgetEvents> {
 
 pub async fn run<BudgetEvents>(ctx: Arc<Context>, scope: Scope, shared: Shared<BudgetEvents>)
 where
-    BudgetEvents: futures::Stream<Item = Result<BacklogBudget, watcher::Error>> + Send + 'static,
+    BudgetEvents: futures::Stream<Item = Result<CachedBudget, watcher::Error>> + Send + 'static,
 {
     let client = ctx.client.clone();
     // Every change reaches the store, but only a change of the spec, labels or annotations

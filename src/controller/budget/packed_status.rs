@@ -14,68 +14,27 @@
 //! `float_roundtrip`). A condition's transition time keeps whole seconds, as on the API
 //! server.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use k8s_openapi::jiff::Timestamp;
 
+use super::packed::{Packable, Packed, dictionary_from};
 use crate::api::backlog_budget::BacklogBudgetStatus;
 
-/// A whole status as most budgets' look, as the compressor's dictionary. Only the size of
-/// what is packed depends on it: any status packs and unpacks whole whatever it says.
+/// A whole status as most budgets' look, as the compressor's dictionary.
 const DICTIONARY_SAMPLE: &str = include_str!("packed_status_dictionary.json");
 
-/// The dictionary as the bytes `pack` would write for the sample, so its field order and
-/// spelling are the packed ones whatever the file's layout.
-static DICTIONARY: LazyLock<Vec<u8>> = LazyLock::new(|| {
-    serde_json::from_str::<BacklogBudgetStatus>(DICTIONARY_SAMPLE)
-        .and_then(|status| serde_json::to_vec(&status))
-        .unwrap_or_else(|_| DICTIONARY_SAMPLE.as_bytes().to_vec())
-});
+static DICTIONARY: LazyLock<Vec<u8>> =
+    LazyLock::new(|| dictionary_from::<BacklogBudgetStatus>(DICTIONARY_SAMPLE));
+
+impl Packable for BacklogBudgetStatus {
+    fn dictionary() -> &'static [u8] {
+        &DICTIONARY
+    }
+}
 
 /// A status packed for keeping. Cloning shares it.
-#[derive(Clone, PartialEq)]
-pub struct PackedStatus {
-    /// The status's JSON, packed (an empty status is no bytes).
-    bytes: Arc<[u8]>,
-}
-
-/// Why a packed status could not be read back: never expected, since only [`PackedStatus::pack`]
-/// makes one; the caller starts from an empty status instead.
-#[derive(Debug, thiserror::Error)]
-pub enum UnpackError {
-    #[error("the packed status does not decompress: {0}")]
-    Decompress(#[from] lz4_flex::block::DecompressError),
-    #[error("the packed status is not a status: {0}")]
-    Json(#[from] serde_json::Error),
-}
-
-impl PackedStatus {
-    pub fn pack(status: &BacklogBudgetStatus) -> PackedStatus {
-        let bytes: Arc<[u8]> = if *status == BacklogBudgetStatus::default() {
-            Arc::new([])
-        } else {
-            // A status always serializes (no maps, no non-string keys); were it ever not to,
-            // the memory would hold an empty one and the next poll would start afresh.
-            let json = serde_json::to_vec(status).unwrap_or_default();
-            lz4_flex::block::compress_prepend_size_with_dict(&json, &DICTIONARY).into()
-        };
-        PackedStatus { bytes }
-    }
-
-    pub fn unpack(&self) -> Result<BacklogBudgetStatus, UnpackError> {
-        if self.bytes.is_empty() {
-            return Ok(BacklogBudgetStatus::default());
-        }
-        let json = lz4_flex::block::decompress_size_prepended_with_dict(&self.bytes, &DICTIONARY)?;
-        Ok(serde_json::from_slice(&json)?)
-    }
-
-    /// The bytes the packed status takes.
-    #[cfg(test)]
-    pub fn packed_bytes(&self) -> usize {
-        self.bytes.len()
-    }
-}
+pub type PackedStatus = Packed<BacklogBudgetStatus>;
 
 /// The time a decision is made at, in whole microseconds: what a `MicroTime` keeps, so the
 /// times the decision writes into its status read back exactly from the packed memory (and
@@ -83,15 +42,6 @@ impl PackedStatus {
 pub fn decision_clock() -> Timestamp {
     let now = Timestamp::now();
     Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now)
-}
-
-impl std::fmt::Debug for PackedStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.unpack() {
-            Ok(status) => status.fmt(f),
-            Err(error) => write!(f, "PackedStatus({error})"),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! One BacklogBudget reconcile, in one pass: read the decision's memory and every fact once →
 //! decide (pure, [`super::decide`]) → apply the plan's steps in order → export the numbers.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -97,10 +98,11 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         written_at,
         exported_phase,
     };
+    let cache_key = ObjectRef::new(&name).within(&namespace);
     if !ctx.memory.keep(&namespace, &name, remembered_now) {
         // Deleted while this reconcile ran: the watch forgot it before. Its series, just
         // exported, go again, unless a successor under its name has taken them over.
-        let successor = ctx.budgets.get(&ObjectRef::from_obj(budget)).is_some();
+        let successor = ctx.budgets.get(&cache_key).is_some();
         ctx.document_writes
             .forget(&namespace, &name, budget.uid().as_deref());
         if !successor {
@@ -110,9 +112,14 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     }
     // Deleted before this reconcile recalled it: the watch forgot it first, and the recall
     // made it known again.
-    let current = ctx.budgets.get(&ObjectRef::from_obj(budget));
+    let current = ctx.budgets.get(&cache_key);
     if current.is_none_or(|current| current.uid() != budget.uid()) {
-        forget_deleted_budget(&ctx.memory, &ctx.document_writes, &ctx.base.metrics, budget);
+        forget_deleted_budget(
+            &ctx.memory,
+            &ctx.document_writes,
+            &ctx.base.metrics,
+            &budget.metadata,
+        );
     }
     forget_deleted(ctx);
     if let Some(failure) = document_failure {
@@ -191,15 +198,13 @@ pub fn forget_deleted_budget(
     memory: &DecisionMemory,
     documents: &DocumentWrites,
     metrics: &Metrics,
-    budget: &BacklogBudget,
+    budget: &ObjectMeta,
 ) {
-    let (Some(namespace), Some(name)) = (
-        budget.metadata.namespace.as_deref(),
-        budget.metadata.name.as_deref(),
-    ) else {
+    let (Some(namespace), Some(name)) = (budget.namespace.as_deref(), budget.name.as_deref())
+    else {
         return;
     };
-    let uid = budget.metadata.uid.as_deref();
+    let uid = budget.uid.as_deref();
     documents.forget(namespace, name, uid);
     if let Some(remembered) = memory.forget(namespace, name, uid) {
         unexport(
@@ -279,11 +284,21 @@ mod tests {
         deleted.metadata.name = Some("orders".to_owned());
         // The deletion of a predecessor seen late does not touch its successor.
         deleted.metadata.uid = Some("u-1".to_owned());
-        super::forget_deleted_budget(&memory, &DocumentWrites::default(), &metrics, &deleted);
+        super::forget_deleted_budget(
+            &memory,
+            &DocumentWrites::default(),
+            &metrics,
+            &deleted.metadata,
+        );
         assert!(memory.knows("shop", "orders", Some("u-2")));
         assert!(metrics.encode().contains("name=\"orders\""));
         deleted.metadata.uid = Some("u-2".to_owned());
-        super::forget_deleted_budget(&memory, &DocumentWrites::default(), &metrics, &deleted);
+        super::forget_deleted_budget(
+            &memory,
+            &DocumentWrites::default(),
+            &metrics,
+            &deleted.metadata,
+        );
         assert_eq!(memory.remembered(), 0);
         let text = metrics.encode();
         assert!(!text.contains("name=\"orders\""), "{text}");

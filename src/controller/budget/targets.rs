@@ -11,7 +11,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-use crate::api::backlog_budget::BacklogBudget;
+use super::cached::CachedBudget;
 
 /// A target as budgets name it: namespace, kind and name (the API group is compared by the
 /// caller, which sees the whole reference).
@@ -24,7 +24,7 @@ struct Target {
 
 /// A budget by namespace and name only: [`ObjectRef::from_obj`] also copies the uid and
 /// resourceVersion, which the index does not need (references compare without them).
-fn key(budget: &BacklogBudget) -> ObjectRef<BacklogBudget> {
+fn key(budget: &CachedBudget) -> ObjectRef<CachedBudget> {
     let reference = ObjectRef::new(budget.metadata.name.as_deref().unwrap_or_default());
     match budget.metadata.namespace.as_deref() {
         Some(namespace) => reference.within(namespace),
@@ -33,26 +33,26 @@ fn key(budget: &BacklogBudget) -> ObjectRef<BacklogBudget> {
 }
 
 impl Target {
-    fn of(budget: &BacklogBudget) -> Target {
+    fn of(budget: &CachedBudget) -> Target {
         Target {
             namespace: budget.metadata.namespace.clone(),
-            kind: budget.spec.scale_target_ref.kind.clone(),
-            name: budget.spec.scale_target_ref.name.clone(),
+            kind: budget.target.kind.clone(),
+            name: budget.target.name.clone(),
         }
     }
 }
 
 #[derive(Default)]
 struct Index {
-    target_of: HashMap<ObjectRef<BacklogBudget>, Target>,
-    budgets_of: HashMap<Target, Vec<ObjectRef<BacklogBudget>>>,
+    target_of: HashMap<ObjectRef<CachedBudget>, Target>,
+    budgets_of: HashMap<Target, Vec<ObjectRef<CachedBudget>>>,
     /// During a relist: what the relist has shown so far; it replaces the index when done,
     /// so budgets deleted while the watch was down leave it.
-    relisting: Option<HashMap<ObjectRef<BacklogBudget>, Target>>,
+    relisting: Option<HashMap<ObjectRef<CachedBudget>, Target>>,
 }
 
 impl Index {
-    fn insert(&mut self, budget: ObjectRef<BacklogBudget>, target: Target) {
+    fn insert(&mut self, budget: ObjectRef<CachedBudget>, target: Target) {
         if self.target_of.get(&budget) == Some(&target) {
             return;
         }
@@ -65,7 +65,7 @@ impl Index {
         self.target_of.insert(budget, target);
     }
 
-    fn remove(&mut self, budget: &ObjectRef<BacklogBudget>) {
+    fn remove(&mut self, budget: &ObjectRef<CachedBudget>) {
         let Some(target) = self.target_of.remove(budget) else {
             return;
         };
@@ -84,7 +84,7 @@ pub struct TargetIndex(Arc<RwLock<Index>>);
 
 impl TargetIndex {
     /// Follows one watch event (after the budget store has).
-    pub fn apply(&self, event: &watcher::Event<BacklogBudget>) {
+    pub fn apply(&self, event: &watcher::Event<CachedBudget>) {
         let mut index = self.0.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             watcher::Event::Apply(budget) => {
@@ -112,7 +112,7 @@ impl TargetIndex {
         namespace: Option<&str>,
         kind: &str,
         name: &str,
-    ) -> Vec<ObjectRef<BacklogBudget>> {
+    ) -> Vec<ObjectRef<CachedBudget>> {
         let target = Target {
             namespace: namespace.map(str::to_owned),
             kind: kind.to_owned(),
@@ -132,14 +132,14 @@ impl TargetIndex {
 mod tests {
     use super::*;
 
-    fn budget(name: &str, target: &str) -> BacklogBudget {
+    fn budget(name: &str, target: &str) -> CachedBudget {
         let spec: crate::api::BacklogBudgetSpec = serde_yaml::from_str(&format!(
             "{{scaleTargetRef: {{kind: Deployment, name: {target}}}, minReplicas: 1, maxReplicas: 2, completionDeadline: 1m, metrics: {{backlog: x}}, partitionCount: 2, capacity: {{perReplicaRate: 1}}}}"
         ))
         .unwrap();
-        let mut budget = BacklogBudget::new(name, spec);
+        let mut budget = crate::api::BacklogBudget::new(name, spec);
         budget.metadata.namespace = Some("ns".into());
-        budget
+        budget.into()
     }
 
     fn names(index: &TargetIndex, target: &str) -> Vec<String> {

@@ -6,6 +6,7 @@ use futures::Stream;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::broadcast;
 
+use super::cached::CachedBudget;
 use crate::api::backlog_budget::BacklogBudget;
 
 /// The name a budget asks its queries under.
@@ -18,7 +19,7 @@ pub fn asker(budget: &BacklogBudget) -> String {
 }
 
 /// The budget an asker name stands for.
-fn budget_of(asker: &str) -> Option<ObjectRef<BacklogBudget>> {
+fn budget_of(asker: &str) -> Option<ObjectRef<CachedBudget>> {
     let (namespace, name) = asker.split_once('/')?;
     Some(ObjectRef::new(name).within(namespace))
 }
@@ -27,7 +28,7 @@ fn budget_of(asker: &str) -> Option<ObjectRef<BacklogBudget>> {
 /// those budgets still poll.
 pub fn woken(
     wakes: broadcast::Receiver<String>,
-) -> impl Stream<Item = ObjectRef<BacklogBudget>> + Send + 'static {
+) -> impl Stream<Item = ObjectRef<CachedBudget>> + Send + 'static {
     futures::stream::unfold(wakes, |mut wakes| async move {
         loop {
             match wakes.recv().await {
@@ -62,7 +63,8 @@ mod tests {
         sender.send("not a budget".into()).unwrap();
         sender.send(asker(&budget)).unwrap();
         drop(sender);
-        assert_eq!(woken.next().await, Some(ObjectRef::from_obj(&budget)));
+        let cached = CachedBudget::from(budget);
+        assert_eq!(woken.next().await, Some(ObjectRef::from_obj(&cached)));
         assert_eq!(woken.next().await, None);
     }
 }

@@ -19,7 +19,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 
-use crate::api::backlog_budget::BacklogBudget;
+use super::budget::cached::CachedBudget;
 use crate::api::retry_policy::RetryPolicy;
 
 use super::context::Context;
@@ -33,7 +33,7 @@ pub const CONTROLLER: &str = "retrypolicy";
 pub struct PolicyContext {
     pub base: Arc<Context>,
     /// Every BacklogBudget in scope.
-    pub budgets: Store<BacklogBudget>,
+    pub budgets: Store<CachedBudget>,
     /// Whether `budgets` has listed (every reconcile waits for it).
     pub budgets_listed: Listed,
     failures: Failures,
@@ -59,35 +59,32 @@ impl Reconciler for PolicyContext {
     }
 }
 
-/// What a policy's status reads from a budget.
-type Relevant = (Option<String>, String);
+/// What a policy's status reads from a budget that names a policy: the policy and the
+/// budget's `completionDeadline` (`None` if it cannot be read).
+type Relevant = (String, Option<String>);
 
-fn relevant(budget: &BacklogBudget) -> Relevant {
-    (
-        budget
-            .spec
-            .retry_policy_ref
-            .as_ref()
-            .map(|r| r.name.clone()),
-        budget.spec.completion_deadline.clone(),
-    )
+fn relevant(budget: &CachedBudget) -> Option<Relevant> {
+    let policy = budget.retry_policy.clone()?;
+    Some((policy, budget.completion_deadline().ok()))
 }
 
-/// Whether a budget watch event can change some policy's status; keeps `seen` current.
+/// Whether a budget watch event can change some policy's status; keeps `seen` current. Only
+/// budgets that name a policy are kept: the others are no policy's user.
 fn changes_policies(
-    seen: &mut HashMap<ObjectRef<BacklogBudget>, Relevant>,
-    event: &watcher::Event<BacklogBudget>,
+    seen: &mut HashMap<ObjectRef<CachedBudget>, Relevant>,
+    event: &watcher::Event<CachedBudget>,
 ) -> bool {
     match event {
         watcher::Event::Apply(budget) | watcher::Event::InitApply(budget) => {
             let key = ObjectRef::from_obj(budget);
             let now = relevant(budget);
-            seen.insert(key, now.clone()).as_ref() != Some(&now)
+            let before = match &now {
+                Some(now) => seen.insert(key, now.clone()),
+                None => seen.remove(&key),
+            };
+            before != now
         }
-        watcher::Event::Delete(budget) => {
-            seen.remove(&ObjectRef::from_obj(budget));
-            true
-        }
+        watcher::Event::Delete(budget) => seen.remove(&ObjectRef::from_obj(budget)).is_some(),
         // A relist: what was deleted while the watch was down only shows as missing.
         watcher::Event::Init => {
             seen.clear();
@@ -101,7 +98,7 @@ fn changes_policies(
 /// the budget watch (which the budget controller drives). Notices coalesce: many budget
 /// changes before the controller looks make one re-evaluation.
 pub struct BudgetNotices {
-    seen: HashMap<ObjectRef<BacklogBudget>, Relevant>,
+    seen: HashMap<ObjectRef<CachedBudget>, Relevant>,
     sender: tokio::sync::watch::Sender<()>,
 }
 
@@ -121,7 +118,7 @@ pub fn budget_notices() -> (BudgetNotices, BudgetNoticesReceived) {
 
 impl BudgetNotices {
     /// Follows one budget watch event, after the budget store has.
-    pub fn note(&mut self, event: &watcher::Event<BacklogBudget>) {
+    pub fn note(&mut self, event: &watcher::Event<CachedBudget>) {
         if changes_policies(&mut self.seen, event) {
             self.sender.send_replace(());
         }
@@ -142,7 +139,7 @@ pub struct Shared<PolicyEvents> {
     pub policy_events: PolicyEvents,
     pub policies: Store<RetryPolicy>,
     /// Every budget in scope, kept by the budget controller's watch.
-    pub budgets: Store<BacklogBudget>,
+    pub budgets: Store<CachedBudget>,
     pub budgets_listed: Listed,
     pub budget_notices: BudgetNoticesReceived,
 }
@@ -166,20 +163,17 @@ where
 }
 
 /// The budgets in `namespace` that reference the policy `name`.
-fn users(budgets: &[Arc<BacklogBudget>], namespace: &str, name: &str) -> Vec<status::BudgetUse> {
+fn users(budgets: &[Arc<CachedBudget>], namespace: &str, name: &str) -> Vec<status::BudgetUse> {
     budgets
         .iter()
         .filter(|budget| {
             budget.metadata.namespace.as_deref() == Some(namespace)
-                && budget
-                    .spec
-                    .retry_policy_ref
-                    .as_ref()
-                    .is_some_and(|r| r.name == name)
+                && budget.retry_policy.as_deref() == Some(name)
         })
         .map(|budget| status::BudgetUse {
             name: budget.name_any(),
-            completion_deadline: budget.spec.completion_deadline.clone(),
+            // Never unreadable (the cache packed it); empty says so if it were.
+            completion_deadline: budget.completion_deadline().unwrap_or_default(),
         })
         .collect()
 }
@@ -189,8 +183,8 @@ mod tests {
     use super::*;
     use crate::api::backlog_budget::LocalRef;
 
-    fn budget(namespace: &str, name: &str, policy: Option<&str>, deadline: &str) -> BacklogBudget {
-        let mut budget: BacklogBudget = serde_json::from_value(serde_json::json!({
+    fn budget(namespace: &str, name: &str, policy: Option<&str>, deadline: &str) -> CachedBudget {
+        let mut budget: crate::api::BacklogBudget = serde_json::from_value(serde_json::json!({
             "apiVersion": "backlog.dev/v1alpha1",
             "kind": "BacklogBudget",
             "metadata": {"name": name, "namespace": namespace},
@@ -206,7 +200,7 @@ mod tests {
         }))
         .unwrap();
         budget.spec.retry_policy_ref = policy.map(|p| LocalRef { name: p.into() });
-        budget
+        budget.into()
     }
 
     #[test]
@@ -235,6 +229,27 @@ mod tests {
             &mut seen,
             &watcher::Event::Apply(elsewhere.clone())
         ));
+        // Naming no policy any more leaves the policy it named.
+        let none = budget("shop", "orders", None, "1s");
+        assert!(changes_policies(
+            &mut seen,
+            &watcher::Event::Apply(none.clone())
+        ));
+        assert!(seen.is_empty());
+        // A budget that names no policy is no policy's user, coming or going.
+        let unused = budget("shop", "loose", None, "1s");
+        assert!(!changes_policies(
+            &mut seen,
+            &watcher::Event::Apply(unused.clone())
+        ));
+        assert!(!changes_policies(
+            &mut seen,
+            &watcher::Event::Delete(unused)
+        ));
+        assert!(changes_policies(
+            &mut seen,
+            &watcher::Event::Apply(elsewhere.clone())
+        ));
         assert!(changes_policies(
             &mut seen,
             &watcher::Event::Delete(elsewhere)
@@ -244,7 +259,7 @@ mod tests {
 
     #[test]
     fn users_are_the_referencing_budgets_of_the_namespace() {
-        let budgets: Vec<Arc<BacklogBudget>> = vec![
+        let budgets: Vec<Arc<CachedBudget>> = vec![
             Arc::new(budget("shop", "a", Some("standard"), "1m")),
             Arc::new(budget("shop", "b", Some("other"), "1m")),
             Arc::new(budget("other", "c", Some("standard"), "1m")),

