@@ -147,23 +147,32 @@ where
         }
     })
     .applied_objects();
-    let (deployments, writer) = reflector::store();
+    // The counts are updated before the event triggers the budgets that scale the workload.
+    let (deployments, writer) = replica_counts::replica_counts();
     let deployment_changes = watcher(
         scope.api::<DeploymentReplicas>(&client),
         watcher::Config::default(),
     )
     .modify(replica_counts::slim)
     .default_backoff()
-    .reflect(writer)
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            writer.apply(event);
+        }
+    })
     .applied_objects();
-    let (statefulsets, writer) = reflector::store();
+    let (statefulsets, writer) = replica_counts::replica_counts();
     let statefulset_changes = watcher(
         scope.api::<StatefulSetReplicas>(&client),
         watcher::Config::default(),
     )
     .modify(replica_counts::slim)
     .default_backoff()
-    .reflect(writer)
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            writer.apply(event);
+        }
+    })
     .applied_objects();
     let context = Arc::new(BudgetContext {
         base: ctx,

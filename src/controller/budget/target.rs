@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use kube::api::{DynamicObject, Patch};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use tokio::time::Instant;
 
-use super::replica_counts::{DeploymentReplicas, StatefulSetReplicas};
+use super::replica_counts::ReplicaCounts;
 use crate::api::backlog_budget::ScaleTargetRef;
 use crate::controller::apply::apply_params;
 use crate::controller::error::{ApiCall, Error, Persistence, Verb, persistence_of};
@@ -28,8 +27,8 @@ pub struct Workload {
 /// GET. Other kinds, and a target the cache does not hold (yet), are read from the API server.
 #[derive(Clone)]
 pub struct WorkloadCaches {
-    pub deployments: Store<DeploymentReplicas>,
-    pub statefulsets: Store<StatefulSetReplicas>,
+    pub deployments: ReplicaCounts,
+    pub statefulsets: ReplicaCounts,
     /// Until when a reconcile waits for a cache that has not listed, from the first wait.
     give_up_at: Arc<OnceLock<Instant>>,
 }
@@ -41,10 +40,7 @@ pub struct WorkloadCaches {
 const LIST_PATIENCE: Duration = Duration::from_secs(30);
 
 impl WorkloadCaches {
-    pub fn new(
-        deployments: Store<DeploymentReplicas>,
-        statefulsets: Store<StatefulSetReplicas>,
-    ) -> Self {
+    pub fn new(deployments: ReplicaCounts, statefulsets: ReplicaCounts) -> Self {
         Self {
             deployments,
             statefulsets,
@@ -63,8 +59,8 @@ impl WorkloadCaches {
             .get_or_init(|| Instant::now() + LIST_PATIENCE);
         let listed = async {
             match target.kind.as_str() {
-                "Deployment" => self.deployments.wait_until_ready().await.is_ok(),
-                "StatefulSet" => self.statefulsets.wait_until_ready().await.is_ok(),
+                "Deployment" => self.deployments.wait_listed().await,
+                "StatefulSet" => self.statefulsets.wait_listed().await,
                 _ => true,
             }
         };
@@ -77,28 +73,8 @@ impl WorkloadCaches {
             return None;
         }
         match target.kind.as_str() {
-            "Deployment" => {
-                let found = self
-                    .deployments
-                    .get(&ObjectRef::new(&target.name).within(namespace))?;
-                let status = found.status.as_ref();
-                Some(workload_of(
-                    found.spec.as_ref().and_then(|spec| spec.replicas),
-                    status.and_then(|s| s.observed_generation),
-                    status.and_then(|s| s.ready_replicas),
-                ))
-            }
-            "StatefulSet" => {
-                let found = self
-                    .statefulsets
-                    .get(&ObjectRef::new(&target.name).within(namespace))?;
-                let status = found.status.as_ref();
-                Some(workload_of(
-                    found.spec.as_ref().and_then(|spec| spec.replicas),
-                    status.and_then(|s| s.observed_generation),
-                    status.and_then(|s| s.ready_replicas),
-                ))
-            }
+            "Deployment" => self.deployments.get(namespace, &target.name),
+            "StatefulSet" => self.statefulsets.get(namespace, &target.name),
             _ => None,
         }
     }
@@ -107,7 +83,7 @@ impl WorkloadCaches {
 /// Replica counts as [`read`] reads them from any kind: an omitted spec.replicas is the API
 /// default of one, and only a workload whose controller has reported on it has a ready count
 /// (an omitted readyReplicas then means 0).
-fn workload_of(
+pub(super) fn workload_of(
     replicas: Option<i32>,
     observed_generation: Option<i64>,
     ready: Option<i32>,
@@ -304,9 +280,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn reconciles_wait_for_the_workload_list_but_not_for_ever() {
-        use kube::runtime::{reflector, watcher};
-        let (deployments, mut writer) = reflector::store::<DeploymentReplicas>();
-        let (statefulsets, _statefulsets) = reflector::store::<StatefulSetReplicas>();
+        use super::super::replica_counts::{DeploymentReplicas, replica_counts};
+        use kube::runtime::watcher;
+        let (deployments, writer) = replica_counts();
+        let (statefulsets, _statefulsets) = replica_counts();
         let caches = WorkloadCaches::new(deployments, statefulsets);
         let started = Instant::now();
         // Other kinds are never cached: nothing to wait for.
@@ -319,7 +296,7 @@ mod tests {
         assert_eq!(started.elapsed(), LIST_PATIENCE);
         // A listed cache is not waited for at all.
         let deployments = caches.deployments.clone();
-        writer.apply_watcher_event(&watcher::Event::InitDone);
+        writer.apply(&watcher::Event::<DeploymentReplicas>::InitDone);
         let listed = WorkloadCaches::new(deployments, caches.statefulsets.clone());
         let before = Instant::now();
         listed.wait_listed(&target("apps/v1")).await;
