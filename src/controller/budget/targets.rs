@@ -6,6 +6,7 @@
 //! budgets; at 10,000 budgets the walk was the operator's main cost.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use kube::runtime::reflector::ObjectRef;
@@ -13,64 +14,86 @@ use kube::runtime::watcher;
 
 use super::cached::CachedBudget;
 
-/// A target as budgets name it: namespace, kind and name (the API group is compared by the
-/// caller, which sees the whole reference).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Target {
-    namespace: Option<String>,
-    kind: String,
-    name: String,
+/// A budget by `namespace/name`: one allocation, shared by both maps. (An `ObjectRef` per map
+/// was four strings and a hundred bytes of fields, twice per budget.)
+type BudgetName = Arc<str>;
+
+/// A target as budgets name it (namespace, kind and name; the API group is compared by the
+/// caller, which sees the whole reference), by a keyed digest of those. Two targets sharing a
+/// key only make a lookup answer a budget of the other target too, which every caller
+/// tolerates: conflict detection compares the whole targets, and a workload event reconciles
+/// one budget more. The key is random per process, so no one can make two targets share it.
+type TargetKey = u64;
+
+fn budget_name(budget: &CachedBudget) -> BudgetName {
+    format!(
+        "{}/{}",
+        budget.metadata.namespace.as_deref().unwrap_or_default(),
+        budget.metadata.name.as_deref().unwrap_or_default()
+    )
+    .into()
 }
 
-/// A budget by namespace and name only: [`ObjectRef::from_obj`] also copies the uid and
-/// resourceVersion, which the index does not need (references compare without them).
-fn key(budget: &CachedBudget) -> ObjectRef<CachedBudget> {
-    let reference = ObjectRef::new(budget.metadata.name.as_deref().unwrap_or_default());
-    match budget.metadata.namespace.as_deref() {
-        Some(namespace) => reference.within(namespace),
-        None => reference,
+/// The reference the controller queues a budget under.
+fn reference(name: &str) -> ObjectRef<CachedBudget> {
+    match name.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() => ObjectRef::new(name).within(namespace),
+        Some((_, name)) => ObjectRef::new(name),
+        None => ObjectRef::new(name),
     }
 }
 
-impl Target {
-    fn of(budget: &CachedBudget) -> Target {
-        Target {
-            namespace: budget.metadata.namespace.clone(),
-            kind: budget.target.kind.clone(),
-            name: budget.target.name.clone(),
+struct Index {
+    keys: RandomState,
+    target_of: HashMap<BudgetName, TargetKey>,
+    budgets_of: HashMap<TargetKey, Vec<BudgetName>>,
+    /// During a relist: what the relist has shown so far; it replaces the index when done,
+    /// so budgets deleted while the watch was down leave it.
+    relisting: Option<HashMap<BudgetName, TargetKey>>,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Index {
+            keys: RandomState::new(),
+            target_of: HashMap::new(),
+            budgets_of: HashMap::new(),
+            relisting: None,
         }
     }
 }
 
-#[derive(Default)]
-struct Index {
-    target_of: HashMap<ObjectRef<CachedBudget>, Target>,
-    budgets_of: HashMap<Target, Vec<ObjectRef<CachedBudget>>>,
-    /// During a relist: what the relist has shown so far; it replaces the index when done,
-    /// so budgets deleted while the watch was down leave it.
-    relisting: Option<HashMap<ObjectRef<CachedBudget>, Target>>,
-}
-
 impl Index {
-    fn insert(&mut self, budget: ObjectRef<CachedBudget>, target: Target) {
+    fn target_key(&self, namespace: Option<&str>, kind: &str, name: &str) -> TargetKey {
+        self.keys.hash_one((namespace, kind, name))
+    }
+
+    fn target_of(&self, budget: &CachedBudget) -> TargetKey {
+        self.target_key(
+            budget.metadata.namespace.as_deref(),
+            &budget.target.kind,
+            &budget.target.name,
+        )
+    }
+
+    fn insert(&mut self, budget: BudgetName, target: TargetKey) {
         if self.target_of.get(&budget) == Some(&target) {
             return;
         }
         self.remove(&budget);
-        let budgets = self.budgets_of.entry(target.clone()).or_default();
-        budgets.push(budget.clone());
-        // Nearly every target has one budget; a first push leaves room for four (about 300
-        // bytes a budget at thousands of them).
+        let budgets = self.budgets_of.entry(target).or_default();
+        budgets.push(Arc::clone(&budget));
+        // Nearly every target has one budget; a first push leaves room for four.
         budgets.shrink_to_fit();
         self.target_of.insert(budget, target);
     }
 
-    fn remove(&mut self, budget: &ObjectRef<CachedBudget>) {
+    fn remove(&mut self, budget: &str) {
         let Some(target) = self.target_of.remove(budget) else {
             return;
         };
         if let Some(budgets) = self.budgets_of.get_mut(&target) {
-            budgets.retain(|b| b != budget);
+            budgets.retain(|b| &**b != budget);
             if budgets.is_empty() {
                 self.budgets_of.remove(&target);
             }
@@ -88,17 +111,20 @@ impl TargetIndex {
         let mut index = self.0.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             watcher::Event::Apply(budget) => {
-                index.insert(key(budget), Target::of(budget));
+                let target = index.target_of(budget);
+                index.insert(budget_name(budget), target);
             }
-            watcher::Event::Delete(budget) => index.remove(&key(budget)),
+            watcher::Event::Delete(budget) => index.remove(&budget_name(budget)),
             watcher::Event::Init => index.relisting = Some(HashMap::new()),
             watcher::Event::InitApply(budget) => {
+                let target = index.target_of(budget);
                 let relisting = index.relisting.get_or_insert_with(HashMap::new);
-                relisting.insert(key(budget), Target::of(budget));
+                relisting.insert(budget_name(budget), target);
             }
             watcher::Event::InitDone => {
                 let listed = index.relisting.take().unwrap_or_default();
-                *index = Index::default();
+                index.target_of = HashMap::with_capacity(listed.len());
+                index.budgets_of = HashMap::with_capacity(listed.len());
                 for (budget, target) in listed {
                     index.insert(budget, target);
                 }
@@ -106,24 +132,20 @@ impl TargetIndex {
         }
     }
 
-    /// The budgets whose `scaleTargetRef` names `kind`/`name` in `namespace`.
+    /// The budgets whose `scaleTargetRef` names `kind`/`name` in `namespace` (and, rarely,
+    /// budgets of a target with the same key: see [`TargetKey`]).
     pub fn budgets_of(
         &self,
         namespace: Option<&str>,
         kind: &str,
         name: &str,
     ) -> Vec<ObjectRef<CachedBudget>> {
-        let target = Target {
-            namespace: namespace.map(str::to_owned),
-            kind: kind.to_owned(),
-            name: name.to_owned(),
-        };
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        let index = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let target = index.target_key(namespace, kind, name);
+        index
             .budgets_of
             .get(&target)
-            .cloned()
+            .map(|budgets| budgets.iter().map(|budget| reference(budget)).collect())
             .unwrap_or_default()
     }
 }
@@ -158,6 +180,12 @@ mod tests {
         index.apply(&watcher::Event::Apply(budget("a", "orders")));
         index.apply(&watcher::Event::Apply(budget("b", "orders")));
         assert_eq!(names(&index, "orders"), ["a", "b"]);
+        // Answered as the references the controller queues the budgets under.
+        assert!(
+            index
+                .budgets_of(Some("ns"), "Deployment", "orders")
+                .contains(&ObjectRef::from_obj(&budget("a", "orders")))
+        );
         // The same event again changes nothing.
         index.apply(&watcher::Event::Apply(budget("a", "orders")));
         assert_eq!(names(&index, "orders"), ["a", "b"]);
