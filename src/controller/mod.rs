@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod budget;
+mod changed;
 pub mod compensation;
 pub mod context;
 pub mod error;

@@ -30,7 +30,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{Controller, Predicate, WatchStreamExt, controller, predicates, watcher};
+use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Resource, ResourceExt};
 use replica_counts::{DeploymentReplicas, StatefulSetReplicas};
 
@@ -125,12 +125,7 @@ where
     // Every change reaches the store, but only a change of the spec, labels or annotations
     // triggers a reconcile: our own status writes must not (the poll's requeue drives the
     // loop), or each write would cost another reconcile.
-    let budget_changes = shared.budget_events.predicate_filter(
-        predicates::generation
-            .combine(predicates::labels)
-            .combine(predicates::annotations),
-        Default::default(),
-    );
+    let budget_changes = super::changed::only_changed(shared.budget_events);
     // One watch per kind: each feeds its cache and triggers the budgets it concerns.
     let (autoscalers, writer) = reflector::store();
     let (mark_autoscalers_listed, autoscalers_listed) = listed();
