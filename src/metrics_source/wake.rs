@@ -7,6 +7,7 @@
 //! it, the budgets whose value moved look again as soon as the evaluation that shows it is in.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -18,26 +19,99 @@ pub type Groups = Result<HashMap<String, Vec<f64>>, String>;
 /// each last asked (askers that stopped asking are forgotten).
 #[derive(Default)]
 pub struct Interested {
-    askers: HashMap<(String, String), HashMap<String, Askers>>,
+    askers: HashMap<(String, String), HashMap<Box<str>, Askers>>,
+    /// Each asker's name once, however many values of however many answers it reads (a
+    /// budget reads one value of each of its grouped queries).
+    names: HashSet<Arc<str>>,
 }
 
-/// The askers of one value: almost always one budget, so a short list, not a map (at
-/// thousands of budgets a map per value was a kilobyte per budget).
-type Askers = Vec<(Box<str>, Instant)>;
+/// One asker of a value, and when it last asked.
+#[derive(Debug)]
+struct Asker {
+    name: Arc<str>,
+    asked: Instant,
+}
+
+/// The askers of one value: almost always one budget, so it is held as it is, without a list
+/// (at thousands of budgets a map per value was a kilobyte per budget, a list half of that).
+#[derive(Debug)]
+enum Askers {
+    One(Asker),
+    Many(Vec<Asker>),
+}
+
+impl Askers {
+    fn as_slice(&self) -> &[Asker] {
+        match self {
+            Askers::One(asker) => std::slice::from_ref(asker),
+            Askers::Many(askers) => askers,
+        }
+    }
+
+    fn note(&mut self, name: &str, intern: impl FnOnce() -> Arc<str>) {
+        let now = Instant::now();
+        match self {
+            Askers::One(asker) if &*asker.name == name => asker.asked = now,
+            Askers::Many(askers) => match askers.iter_mut().find(|a| &*a.name == name) {
+                Some(asker) => asker.asked = now,
+                None => askers.push(Asker {
+                    name: intern(),
+                    asked: now,
+                }),
+            },
+            Askers::One(_) => {
+                let Askers::One(first) = std::mem::replace(self, Askers::Many(Vec::new())) else {
+                    return;
+                };
+                *self = Askers::Many(vec![
+                    first,
+                    Asker {
+                        name: intern(),
+                        asked: now,
+                    },
+                ]);
+            }
+        }
+    }
+
+    /// Keeps the askers that asked within `age`; false when none is left.
+    fn retain_younger_than(&mut self, age: Duration) -> bool {
+        match self {
+            Askers::One(asker) => asker.asked.elapsed() < age,
+            Askers::Many(askers) => {
+                askers.retain(|asker| asker.asked.elapsed() < age);
+                !askers.is_empty()
+            }
+        }
+    }
+}
+
+fn intern(names: &mut HashSet<Arc<str>>, name: &str) -> Arc<str> {
+    match names.get(name) {
+        Some(known) => Arc::clone(known),
+        None => {
+            let name: Arc<str> = name.into();
+            names.insert(Arc::clone(&name));
+            name
+        }
+    }
+}
 
 impl Interested {
     /// `asker` reads `value` of the grouped answer `(address, shared)`.
     pub fn note(&mut self, address: &str, shared: &str, value: &str, asker: &str) {
         let key = (address.to_owned(), shared.to_owned());
         let values = self.askers.entry(key).or_default();
+        let names = &mut self.names;
         // Looked up before inserting: the steady case allocates nothing more.
         match values.get_mut(value) {
-            Some(askers) => match askers.iter_mut().find(|(known, _)| &**known == asker) {
-                Some((_, asked)) => *asked = Instant::now(),
-                None => askers.push((asker.into(), Instant::now())),
-            },
+            Some(askers) => askers.note(asker, || intern(names, asker)),
             None => {
-                values.insert(value.to_owned(), vec![(asker.into(), Instant::now())]);
+                let first = Asker {
+                    name: intern(names, asker),
+                    asked: Instant::now(),
+                };
+                values.insert(value.into(), Askers::One(first));
             }
         }
     }
@@ -49,27 +123,31 @@ impl Interested {
         };
         let mut askers = HashSet::new();
         match values {
-            None => askers.extend(by_value.values().flatten().map(|(asker, _)| asker)),
+            None => askers.extend(
+                by_value
+                    .values()
+                    .flat_map(Askers::as_slice)
+                    .map(|asker| &asker.name),
+            ),
             Some(values) => {
                 for value in values {
-                    if let Some(of_value) = by_value.get(value) {
-                        askers.extend(of_value.iter().map(|(asker, _)| asker));
+                    if let Some(of_value) = by_value.get(value.as_str()) {
+                        askers.extend(of_value.as_slice().iter().map(|asker| &asker.name));
                     }
                 }
             }
         }
-        askers.into_iter().map(|asker| asker.to_string()).collect()
+        askers.into_iter().map(|name| name.to_string()).collect()
     }
 
     /// Forgets askers that have not asked for `age`.
     pub fn forget_older_than(&mut self, age: Duration) {
         for values in self.askers.values_mut() {
-            for askers in values.values_mut() {
-                askers.retain(|(_, asked)| asked.elapsed() < age);
-            }
-            values.retain(|_, askers| !askers.is_empty());
+            values.retain(|_, askers| askers.retain_younger_than(age));
         }
         self.askers.retain(|_, values| !values.is_empty());
+        // A name only the set still holds is no asker's any more.
+        self.names.retain(|name| Arc::strong_count(name) > 1);
     }
 }
 
@@ -137,11 +215,20 @@ mod tests {
                 .askers_of("q", "sum by (g) (lag)", None)
                 .is_empty()
         );
+        // One name per asker, however many answers it reads.
+        interested.note("p", "max by (g) (age)", "orders", "shop/orders");
+        interested.note("p", "sum by (g) (lag)", "orders", "shop/orders");
+        assert_eq!(interested.names.len(), 3);
+        assert_eq!(
+            interested.askers_of("p", "max by (g) (age)", Some(&["orders".into()])),
+            ["shop/orders"]
+        );
         interested.forget_older_than(Duration::ZERO);
         assert!(
             interested
                 .askers_of("p", "sum by (g) (lag)", None)
                 .is_empty()
         );
+        assert!(interested.names.is_empty());
     }
 }
