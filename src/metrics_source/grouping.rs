@@ -25,7 +25,7 @@ pub struct Grouped {
     /// expressions that share it ([`super::MetricsSource::grouping`] interns it).
     pub shared: Arc<str>,
     /// This expression's value of the label.
-    pub value: String,
+    pub value: Box<str>,
 }
 
 /// Why an expression is evaluated alone.
@@ -84,7 +84,7 @@ pub fn group(expression: &str, label: &str) -> Result<Grouped, NotGroupable> {
     match parser::parse(&shared) {
         Ok(back) if back.to_string() == shared => Ok(Grouped {
             shared: shared.into(),
-            value,
+            value: value.into_boxed_str(),
         }),
         _ => Err(NotGroupable::NotFaithful),
     }
@@ -248,8 +248,8 @@ mod tests {
             LABEL,
         )
         .expect("groupable");
-        assert_eq!(orders.value, "orders");
-        assert_eq!(billing.value, "billing");
+        assert_eq!(&*orders.value, "orders");
+        assert_eq!(&*billing.value, "billing");
         assert_eq!(orders.shared, billing.shared);
         assert_eq!(
             parser::parse(&orders.shared).expect("parses"),
@@ -353,7 +353,7 @@ mod tests {
             );
             let mine = group(&template(&value), LABEL).expect("groupable");
             let other = group(&template("other"), LABEL).expect("groupable");
-            proptest::prop_assert_eq!(&mine.value, &value);
+            proptest::prop_assert_eq!(&*mine.value, value.as_str());
             proptest::prop_assert_eq!(mine.shared, other.shared);
         }
     }
@@ -362,7 +362,7 @@ mod tests {
     fn label_values_with_quotes_and_escapes_are_kept_exactly() {
         let grouped =
             group(r#"sum(lag{consumergroup="a\"b\\c", x="y\"z"})"#, LABEL).expect("groupable");
-        assert_eq!(grouped.value, "a\"b\\c");
+        assert_eq!(&*grouped.value, "a\"b\\c");
         assert!(grouped.shared.contains(r#"x="y\"z""#), "{}", grouped.shared);
     }
 }

@@ -85,8 +85,13 @@ pub struct Asking<'a> {
     pub every: Duration,
 }
 
-/// Whether an expression can share a grouped evaluation, with when it was last asked.
-type Groupings = HashMap<GroupingKey, (Instant, Arc<Result<Grouped, NotGroupable>>)>;
+/// An expression's grouped form, or why it has none.
+pub type Grouping = Result<Grouped, Arc<NotGroupable>>;
+
+/// Whether an expression can share a grouped evaluation, with when it was last asked (seconds
+/// after the cache began). Held as they are, not behind a pointer each: there are three per
+/// budget.
+type Groupings = HashMap<GroupingKey, (u32, Grouping)>;
 
 /// A grouping's key: a digest of its label and expression instead of their text, which at
 /// thousands of budgets (every budget's expressions differ in a label value) was most of this
@@ -124,6 +129,15 @@ struct Answers {
     /// Who reads which value of each grouped answer.
     interested: Interested,
     swept: Instant,
+    /// When the cache began: the groupings' times count from it.
+    started: Instant,
+}
+
+impl Answers {
+    /// Seconds since the cache began.
+    fn clock(&self) -> u32 {
+        u32::try_from(self.started.elapsed().as_secs()).unwrap_or(u32::MAX)
+    }
 }
 
 /// Wakes that are not taken up in time are dropped (the askers poll anyway).
@@ -167,6 +181,7 @@ impl MetricsSource {
                 shared_texts: HashSet::new(),
                 interested: Interested::default(),
                 swept: Instant::now(),
+                started: Instant::now(),
             }),
             concurrency: concurrency.max(1),
             limiters: Mutex::new(HashMap::new()),
@@ -288,7 +303,7 @@ impl MetricsSource {
         match groups {
             // No series of this value is missing data, as an empty answer of its own would be.
             Ok(groups) => {
-                Observation::Samples(groups.get(&grouped.value).cloned().unwrap_or_default())
+                Observation::Samples(groups.get(&*grouped.value).cloned().unwrap_or_default())
             }
             Err(reason) => Observation::Failed(reason.clone()),
         }
@@ -319,20 +334,22 @@ impl MetricsSource {
     }
 
     /// Whether `expression` can share a grouped evaluation by `label`, remembered.
-    pub fn grouping(&self, expression: &str, label: &str) -> Arc<Result<Grouped, NotGroupable>> {
+    pub fn grouping(&self, expression: &str, label: &str) -> Grouping {
         let mut answers = self.answers();
+        let now = answers.clock();
         let key = grouping_key(label, expression);
         if let Some((asked, grouping)) = answers.groupings.get_mut(&key) {
-            *asked = Instant::now();
-            return Arc::clone(grouping);
+            *asked = now;
+            return grouping.clone();
         }
-        let grouping = Arc::new(grouping::group(expression, label).map(|grouped| Grouped {
-            shared: intern(&mut answers.shared_texts, grouped.shared),
-            value: grouped.value,
-        }));
-        answers
-            .groupings
-            .insert(key, (Instant::now(), Arc::clone(&grouping)));
+        let grouping = match grouping::group(expression, label) {
+            Ok(grouped) => Ok(Grouped {
+                shared: intern(&mut answers.shared_texts, grouped.shared),
+                value: grouped.value,
+            }),
+            Err(why) => Err(Arc::new(why)),
+        };
+        answers.groupings.insert(key, (now, grouping.clone()));
         grouping
     }
 
@@ -444,9 +461,11 @@ impl MetricsSource {
             answers
                 .grouped
                 .retain(|_, entry| entry.asked.elapsed() < FORGET_AFTER);
+            let now = answers.clock();
+            let forget_after = u32::try_from(FORGET_AFTER.as_secs()).unwrap_or(u32::MAX);
             answers
                 .groupings
-                .retain(|_, (asked, _)| asked.elapsed() < FORGET_AFTER);
+                .retain(|_, (asked, _)| now.saturating_sub(*asked) < forget_after);
             // A text only this set still holds belongs to no grouping any more.
             answers
                 .shared_texts
@@ -541,16 +560,13 @@ mod tests {
         );
         let grouped = |group: &str| {
             let grouping = source.grouping(&format!(r#"sum(lag{{group="{group}"}})"#), "group");
-            match &*grouping {
+            match &grouping {
                 Ok(grouped) => grouped.clone(),
                 Err(reason) => panic!("groupable: {reason}"),
             }
         };
         let (orders, billing) = (grouped("orders"), grouped("billing"));
-        assert_eq!(
-            (orders.value.as_str(), billing.value.as_str()),
-            ("orders", "billing")
-        );
+        assert_eq!((&*orders.value, &*billing.value), ("orders", "billing"));
         assert!(Arc::ptr_eq(&orders.shared, &billing.shared));
     }
 

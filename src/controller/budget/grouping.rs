@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus};
 use crate::api::conditions::{ConditionSpec, Truth, merge_conditions};
-use crate::metrics_source::{Grouped, NotGroupable};
+use crate::metrics_source::Grouping;
 
 use super::inputs::peak_expression;
 
@@ -63,7 +63,7 @@ pub fn grouped_queries(budget: &BacklogBudget) -> Vec<(String, String)> {
 /// The report of a budget with `metrics.groupBy`, from each query's grouped form.
 pub fn report<G>(budget: &BacklogBudget, grouping: G) -> Option<GroupingReport>
 where
-    G: Fn(&str, &str) -> std::sync::Arc<Result<Grouped, NotGroupable>>,
+    G: Fn(&str, &str) -> Grouping,
 {
     let label = budget.spec.metrics.group_by.clone()?;
     let mut report = GroupingReport {
@@ -73,10 +73,10 @@ where
         alone: Vec::new(),
     };
     for (field, expression) in grouped_queries(budget) {
-        match grouping(&expression, &report.label).as_ref() {
+        match grouping(&expression, &report.label) {
             Ok(grouped) => {
                 report.grouped += 1;
-                report.value.get_or_insert_with(|| grouped.value.clone());
+                report.value.get_or_insert_with(|| grouped.value.into());
             }
             Err(why) => report.alone.push((field, why.to_string())),
         }
@@ -160,8 +160,8 @@ mod tests {
         BacklogBudget::new("orders", spec)
     }
 
-    fn grouping(expression: &str, label: &str) -> Arc<Result<Grouped, NotGroupable>> {
-        Arc::new(crate::metrics_source::grouping::group(expression, label))
+    fn grouping(expression: &str, label: &str) -> Grouping {
+        crate::metrics_source::grouping::group(expression, label).map_err(Arc::new)
     }
 
     #[test]
