@@ -1,6 +1,7 @@
 //! The operator's own telemetry: Prometheus metrics about its reconciles, budgets and queries,
 //! and `tracing` logs (JSON in a cluster, readable text on a terminal).
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::{EncodeLabelSet, text::encode};
@@ -24,16 +25,18 @@ pub struct ErrorLabels {
     pub error: String,
 }
 
+/// A budget's series' labels. Shared texts: a budget has a series in three families, and
+/// each keeps its own copy of the labels (one allocation each, at thousands of budgets).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BudgetLabels {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
     pub phase: String,
 }
 
@@ -213,8 +216,8 @@ impl Metrics {
 impl BudgetLabels {
     fn with_phase(&self, phase: &str) -> PhaseLabels {
         PhaseLabels {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
+            namespace: Arc::clone(&self.namespace),
+            name: Arc::clone(&self.name),
             phase: phase.to_owned(),
         }
     }

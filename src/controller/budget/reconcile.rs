@@ -223,7 +223,10 @@ fn unexport(
     exported_phase: Option<BudgetPhase>,
 ) {
     metrics.budget_deleted(
-        &BudgetLabels { namespace, name },
+        &BudgetLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        },
         exported_phase.map(phase_label).as_deref(),
     );
 }
@@ -236,8 +239,8 @@ fn export(
     decision: &ScalingDecision,
 ) {
     let labels = BudgetLabels {
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
+        namespace: namespace.into(),
+        name: name.into(),
     };
     ctx.base.metrics.budget_decided(
         &labels,
