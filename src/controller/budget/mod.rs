@@ -26,7 +26,7 @@ mod wakes;
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::runtime::reflector::{self, Store};
@@ -125,7 +125,7 @@ where
     // Every change reaches the store, but only a change of the spec, labels or annotations
     // triggers a reconcile: our own status writes must not (the poll's requeue drives the
     // loop), or each write would cost another reconcile.
-    let budget_changes = super::changed::only_changed(shared.budget_events);
+    let budget_changes = super::changed::only_changed(shared.budget_events).map_ok(slim::trigger);
     // One watch per kind: each feeds its cache and triggers the budgets it concerns.
     let (autoscalers, writer) = reflector::store();
     let (mark_autoscalers_listed, autoscalers_listed) = listed();
