@@ -189,6 +189,7 @@ fn run(args: cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             identity: args.identity,
             qps: args.api_qps,
             burst: args.api_burst,
+            ..backlog_operator::api_client::ClientSettings::default()
         },
         leader_election,
         report_failures_after: args.report_failures_after,

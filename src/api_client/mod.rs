@@ -14,7 +14,7 @@ use std::time::Duration;
 use http::HeaderValue;
 use http::header::USER_AGENT;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::ConfigExt;
 use kube::client::retry::RetryPolicy;
 use kube::{Client, Config};
@@ -39,6 +39,8 @@ pub struct ClientSettings {
     pub qps: f64,
     /// Requests at once above the average.
     pub burst: u32,
+    /// How long an idle connection stays open for the next request.
+    pub idle_timeout: Duration,
 }
 
 impl Default for ClientSettings {
@@ -49,6 +51,7 @@ impl Default for ClientSettings {
             identity: None,
             qps: DEFAULT_QPS,
             burst: DEFAULT_BURST,
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -79,6 +82,9 @@ pub fn build(
     build_with_spare(config, settings, gate, throttled).map(|(client, _)| client)
 }
 
+/// Idle connections kept at most: enough for the reconciles in flight at the client's rate.
+const IDLE_CONNECTIONS_KEPT: usize = 32;
+
 /// [`build`], with the capacity its limit leaves to writes that may wait.
 pub fn build_with_spare(
     mut config: Config,
@@ -103,7 +109,14 @@ pub fn build_with_spare(
     http.set_nodelay(true);
     http.set_connect_timeout(Some(settings.connect_timeout));
     let https = config.rustls_https_connector_with_connector(GatedConnector::new(http, gate))?;
-    let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    // Idle connections close after a while. Without a timer the pool only checks their age
+    // when it hands one out, so every connection a start's burst of writes opened (a hundred
+    // at thousands of budgets, each with its buffers and TLS state) stayed open for good.
+    let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(settings.idle_timeout)
+        .pool_max_idle_per_host(IDLE_CONNECTIONS_KEPT)
+        .build(https);
     let spare = limit.clone().map(SpareCapacity::of).unwrap_or_default();
     let service = ServiceBuilder::new()
         // Outermost: waiting for the limit is not part of a request's deadline.
@@ -151,4 +164,84 @@ fn caused_by<E: std::error::Error + 'static>(error: &kube::Error) -> bool {
         current = error.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// An HTTP/1.1 server on loopback that answers every request with `{}`, counting the
+    /// connections open to it.
+    async fn counting_server() -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let address = listener.local_addr().expect("its address");
+        let open = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&open);
+        tokio::spawn(async move {
+            while let Ok((mut connection, _)) = listener.accept().await {
+                let open = Arc::clone(&counted);
+                open.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buffer = [0_u8; 4096];
+                    // One read per request is enough for these small GETs.
+                    while let Ok(read) = connection.read(&mut buffer).await {
+                        if read == 0 {
+                            break;
+                        }
+                        // Slow enough that the requests overlap and need connections of their own.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                        if connection.write_all(answer).await.is_err() {
+                            break;
+                        }
+                    }
+                    open.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        (format!("http://{address}"), open)
+    }
+
+    #[tokio::test]
+    async fn idle_connections_close_after_the_idle_timeout() {
+        let (url, open) = counting_server().await;
+        let config = Config::new(url.parse().expect("a URL"));
+        let settings = ClientSettings {
+            qps: 0.0,
+            idle_timeout: Duration::from_millis(300),
+            ..ClientSettings::default()
+        };
+        let client = build(config, &settings, WriteGate::always_open(), None).expect("a client");
+        let requests = (0..8).map(|_| {
+            let client = client.clone();
+            async move {
+                let request = http::Request::get("/version")
+                    .body(Vec::new())
+                    .expect("a request");
+                client.request_text(request).await
+            }
+        });
+        for answer in futures::future::join_all(requests).await {
+            assert_eq!(answer.expect("answered"), "{}");
+        }
+        assert!(
+            open.load(Ordering::SeqCst) > 1,
+            "the burst used several connections"
+        );
+        // The pool closes them once idle for the timeout, not at its next checkout.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while open.load(Ordering::SeqCst) > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} idle connections still open",
+                open.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
