@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, broadcast};
 
 use crate::core::metric_input::Observation;
-use wake::{Groups, Interested};
+use wake::{Groups, Interested, by_value};
 
 pub use allowlist::{Allowlist, AllowlistError, Refused};
 pub use grouping::{Grouped, NotGroupable};
@@ -302,9 +302,12 @@ impl MetricsSource {
             .await;
         match groups {
             // No series of this value is missing data, as an empty answer of its own would be.
-            Ok(groups) => {
-                Observation::Samples(groups.get(&*grouped.value).cloned().unwrap_or_default())
-            }
+            Ok(groups) => Observation::Samples(
+                groups
+                    .get(&*grouped.value)
+                    .map(wake::Samples::to_vec)
+                    .unwrap_or_default(),
+            ),
             Err(reason) => Observation::Failed(reason.clone()),
         }
     }
@@ -511,21 +514,6 @@ fn intern(texts: &mut HashSet<Arc<str>>, text: Arc<str>) -> Arc<str> {
             text
         }
     }
-}
-
-/// A grouped answer's samples by value.
-fn by_value(series: Vec<(String, f64)>) -> HashMap<String, Vec<f64>> {
-    let mut groups: HashMap<String, Vec<f64>> = HashMap::new();
-    for (value, sample) in series {
-        groups.entry(value).or_default().push(sample);
-    }
-    // Almost every value has one sample; a first push leaves room for four, and the answer is
-    // kept for a poll (at 10,000 budgets, three answers of 10,000 values each).
-    for samples in groups.values_mut() {
-        samples.shrink_to_fit();
-    }
-    groups.shrink_to_fit();
-    groups
 }
 
 #[cfg(test)]

@@ -13,7 +13,43 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A grouped answer's samples by value of the group label, or why there is none.
-pub type Groups = Result<HashMap<String, Vec<f64>>, String>;
+pub type Groups = Result<HashMap<Box<str>, Samples>, String>;
+
+/// One value's samples in a grouped answer: almost always one, held as it is (an answer is
+/// kept for a poll, three answers of every budget's value at thousands of budgets).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Samples {
+    One(f64),
+    Many(Box<[f64]>),
+}
+
+impl Samples {
+    pub fn to_vec(&self) -> Vec<f64> {
+        match self {
+            Samples::One(sample) => vec![*sample],
+            Samples::Many(samples) => samples.to_vec(),
+        }
+    }
+}
+
+/// A grouped answer's samples by value.
+pub fn by_value(series: Vec<(String, f64)>) -> HashMap<Box<str>, Samples> {
+    let mut groups: HashMap<Box<str>, Samples> = HashMap::with_capacity(series.len());
+    for (value, sample) in series {
+        match groups.get_mut(value.as_str()) {
+            None => {
+                groups.insert(value.into_boxed_str(), Samples::One(sample));
+            }
+            Some(samples) => {
+                let mut all = samples.to_vec();
+                all.push(sample);
+                *samples = Samples::Many(all.into_boxed_slice());
+            }
+        }
+    }
+    groups.shrink_to_fit();
+    groups
+}
 
 /// The askers of each value of each grouped answer, by (server, shared expression), with when
 /// each last asked (askers that stopped asking are forgotten).
@@ -161,7 +197,7 @@ pub fn changed(previous: &Groups, next: &Groups) -> Option<Vec<String>> {
                 .keys()
                 .chain(next.keys())
                 .filter(|value| previous.get(*value) != next.get(*value))
-                .cloned()
+                .map(|value| value.to_string())
                 .collect();
             values.sort();
             values.dedup();
@@ -177,10 +213,25 @@ mod tests {
     use super::*;
 
     fn groups(pairs: &[(&str, f64)]) -> Groups {
-        Ok(pairs
-            .iter()
-            .map(|(value, sample)| ((*value).to_owned(), vec![*sample]))
-            .collect())
+        Ok(by_value(
+            pairs
+                .iter()
+                .map(|(value, sample)| ((*value).to_owned(), *sample))
+                .collect(),
+        ))
+    }
+
+    #[test]
+    fn a_value_keeps_every_sample_in_order() {
+        let groups = by_value(vec![
+            ("orders".into(), 1.0),
+            ("billing".into(), 2.0),
+            ("orders".into(), 3.0),
+            ("orders".into(), 4.0),
+        ]);
+        assert_eq!(groups["orders"].to_vec(), [1.0, 3.0, 4.0]);
+        assert_eq!(groups["billing"], Samples::One(2.0));
+        assert_eq!(groups.len(), 2);
     }
 
     #[test]
