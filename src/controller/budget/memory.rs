@@ -57,10 +57,15 @@ impl Remembered {
     }
 }
 
-/// Every budget's memory, by namespace and name.
+/// Every budget's memory, by `namespace/name` (one allocation a budget: a pair of strings
+/// was two).
 #[derive(Default)]
 pub struct DecisionMemory {
-    budgets: Mutex<HashMap<(String, String), Remembered>>,
+    budgets: Mutex<HashMap<Box<str>, Remembered>>,
+}
+
+fn key(namespace: &str, name: &str) -> Box<str> {
+    format!("{namespace}/{name}").into_boxed_str()
 }
 
 impl DecisionMemory {
@@ -77,7 +82,7 @@ impl DecisionMemory {
         cached: Option<&BacklogBudgetStatus>,
     ) -> Remembered {
         let mut budgets = self.lock();
-        let key = (namespace.to_owned(), name.to_owned());
+        let key = key(namespace, name);
         let known = budgets.get(&key);
         match known {
             Some(remembered) if remembered.uid.as_deref() == uid => remembered.clone(),
@@ -99,7 +104,7 @@ impl DecisionMemory {
     /// the watch cache is never read again.
     pub fn knows(&self, namespace: &str, name: &str, uid: Option<&str>) -> bool {
         self.lock()
-            .get(&(namespace.to_owned(), name.to_owned()))
+            .get(&key(namespace, name))
             .is_some_and(|remembered| remembered.uid.as_deref() == uid)
     }
 
@@ -107,7 +112,7 @@ impl DecisionMemory {
     /// what it was.
     pub fn forget(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
         let mut budgets = self.lock();
-        let key = (namespace.to_owned(), name.to_owned());
+        let key = key(namespace, name);
         if budgets.get(&key)?.uid.as_deref() != uid {
             return None;
         }
@@ -119,7 +124,7 @@ impl DecisionMemory {
     /// reconcile ran) or a successor under its name is, nothing is kept, and false says so.
     pub fn keep(&self, namespace: &str, name: &str, remembered: Remembered) -> bool {
         let mut budgets = self.lock();
-        match budgets.get_mut(&(namespace.to_owned(), name.to_owned())) {
+        match budgets.get_mut(&key(namespace, name)) {
             Some(known) if known.uid == remembered.uid => {
                 *known = remembered;
                 true
@@ -135,13 +140,24 @@ impl DecisionMemory {
         exists: impl Fn(&str, &str) -> bool,
     ) -> Vec<((String, String), Remembered)> {
         let mut budgets = self.lock();
-        let gone: Vec<(String, String)> = budgets
+        let split = |key: &str| {
+            let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+            (namespace.to_owned(), name.to_owned())
+        };
+        let gone: Vec<Box<str>> = budgets
             .keys()
-            .filter(|(namespace, name)| !exists(namespace, name))
+            .filter(|key| {
+                let (namespace, name) = split(key);
+                !exists(&namespace, &name)
+            })
             .cloned()
             .collect();
         gone.into_iter()
-            .filter_map(|key| budgets.remove_entry(&key))
+            .filter_map(|key| {
+                budgets
+                    .remove(&key)
+                    .map(|remembered| (split(&key), remembered))
+            })
             .collect()
     }
 
@@ -149,7 +165,7 @@ impl DecisionMemory {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Remembered>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Remembered>> {
         // A panic while holding the lock leaves a map that is still whole.
         self.budgets.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -199,6 +215,26 @@ mod tests {
         memory.forget("shop", "orders", Some("u-2"));
         assert!(!memory.keep("shop", "orders", first));
         assert_eq!(memory.remembered(), 0);
+    }
+
+    #[test]
+    fn budgets_the_cache_denies_are_forgotten_by_namespace_and_name() {
+        let memory = DecisionMemory::default();
+        memory.recall("shop", "kept", Some("u-1"), None);
+        memory.recall("shop", "gone", Some("u-2"), None);
+        memory.recall("other", "gone", Some("u-3"), None);
+        let forgotten =
+            memory.forget_unless(|namespace, name| (namespace, name) != ("shop", "gone"));
+        let names: Vec<_> = forgotten
+            .iter()
+            .map(|((namespace, name), remembered)| {
+                (namespace.as_str(), name.as_str(), remembered.uid.as_deref())
+            })
+            .collect();
+        assert_eq!(names, [("shop", "gone", Some("u-2"))]);
+        assert!(memory.knows("shop", "kept", Some("u-1")));
+        assert!(memory.knows("other", "gone", Some("u-3")));
+        assert_eq!(memory.remembered(), 2);
     }
 
     #[test]
