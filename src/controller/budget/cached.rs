@@ -12,9 +12,7 @@ use kube::Resource;
 use serde::Deserialize;
 
 use super::packed::{Packable, Packed, UnpackError};
-use crate::api::backlog_budget::{
-    BacklogBudget, BacklogBudgetSpec, BacklogBudgetStatus, ScaleTargetRef,
-};
+use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetSpec, BacklogBudgetStatus};
 use crate::api::conditions::StatusConditions;
 
 /// The example budget's spec, as the compressor's dictionary: most budgets spell the same
@@ -39,11 +37,16 @@ impl Packable for BacklogBudgetSpec {
 #[serde(from = "BacklogBudget")]
 pub struct CachedBudget {
     pub metadata: ObjectMeta,
-    /// `spec.scaleTargetRef`: the index of budgets by target reads it at every watch event.
-    pub target: ScaleTargetRef,
+    /// `spec.scaleTargetRef` (read by the index of budgets by target at every watch event)
+    /// as its apiVersion, kind and name in one text, the kind starting at `kind_at` and the
+    /// name at `name_at`: one allocation, and with it the cached budget fits the allocator's
+    /// next smaller size.
+    target: Box<str>,
+    kind_at: u32,
+    name_at: u32,
     /// `spec.retryPolicyRef.name`: the RetryPolicy controller looks for its users among every
     /// budget.
-    pub retry_policy: Option<String>,
+    pub retry_policy: Option<Box<str>>,
     spec: Packed<BacklogBudgetSpec>,
     /// What the watch keeps of the status ([`crate::controller::slim::budget`]).
     pub status: Option<Box<BacklogBudgetStatus>>,
@@ -51,13 +54,23 @@ pub struct CachedBudget {
 
 impl From<BacklogBudget> for CachedBudget {
     fn from(budget: BacklogBudget) -> Self {
+        let target = &budget.spec.scale_target_ref;
+        let (kind_at, name_at) = (
+            target.api_version.len(),
+            target.api_version.len() + target.kind.len(),
+        );
         CachedBudget {
-            target: budget.spec.scale_target_ref.clone(),
+            target: [&*target.api_version, &target.kind, &target.name]
+                .concat()
+                .into(),
+            // The API server holds each part to at most 253 bytes.
+            kind_at: u32::try_from(kind_at).unwrap_or(u32::MAX),
+            name_at: u32::try_from(name_at).unwrap_or(u32::MAX),
             retry_policy: budget
                 .spec
                 .retry_policy_ref
                 .as_ref()
-                .map(|r| r.name.clone()),
+                .map(|r| r.name.as_str().into()),
             spec: Packed::pack(&budget.spec),
             metadata: budget.metadata,
             status: budget.status,
@@ -66,6 +79,27 @@ impl From<BacklogBudget> for CachedBudget {
 }
 
 impl CachedBudget {
+    fn target_part(&self, from: u32, to: Option<u32>) -> &str {
+        let at = |offset: u32| usize::try_from(offset).unwrap_or(usize::MAX);
+        let end = to.map_or(self.target.len(), at);
+        self.target.get(at(from)..end).unwrap_or_default()
+    }
+
+    /// `spec.scaleTargetRef.apiVersion`.
+    pub fn target_api_version(&self) -> &str {
+        self.target_part(0, Some(self.kind_at))
+    }
+
+    /// `spec.scaleTargetRef.kind`.
+    pub fn target_kind(&self) -> &str {
+        self.target_part(self.kind_at, Some(self.name_at))
+    }
+
+    /// `spec.scaleTargetRef.name`.
+    pub fn target_name(&self) -> &str {
+        self.target_part(self.name_at, None)
+    }
+
     /// The budget as the API server sent it (less what the watch leaves out of the cache).
     pub fn budget(&self) -> Result<BacklogBudget, UnpackError> {
         Ok(BacklogBudget {
@@ -92,6 +126,7 @@ impl StatusConditions for CachedBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::backlog_budget::ScaleTargetRef;
 
     fn example() -> BacklogBudget {
         let mut budget: BacklogBudget =
@@ -107,11 +142,29 @@ mod tests {
         let json = serde_json::to_value(&budget).expect("serializes");
         let cached: CachedBudget = serde_json::from_value(json).expect("reads as cached");
         assert_eq!(cached.budget().expect("unpacks"), budget);
-        assert_eq!(cached.target, budget.spec.scale_target_ref);
+        let target = &budget.spec.scale_target_ref;
         assert_eq!(
-            cached.retry_policy,
-            budget.spec.retry_policy_ref.map(|r| r.name)
+            (
+                cached.target_api_version(),
+                cached.target_kind(),
+                cached.target_name()
+            ),
+            (
+                target.api_version.as_str(),
+                target.kind.as_str(),
+                target.name.as_str()
+            )
         );
+        assert_eq!(
+            cached.retry_policy.as_deref(),
+            budget
+                .spec
+                .retry_policy_ref
+                .as_ref()
+                .map(|r| r.name.as_str())
+        );
+        // One size class below a whole `ObjectMeta` and a spec's fields in jemalloc's classes.
+        assert!(std::mem::size_of::<CachedBudget>() + 16 <= 448);
         assert_eq!(
             cached.completion_deadline().expect("unpacks"),
             budget.spec.completion_deadline
@@ -120,6 +173,32 @@ mod tests {
         assert_eq!(CachedBudget::kind(&()), "BacklogBudget");
         assert_eq!(CachedBudget::api_version(&()), "backlog.dev/v1alpha1");
         assert_eq!(CachedBudget::plural(&()), "backlogbudgets");
+    }
+
+    #[test]
+    fn any_target_reads_back_in_its_parts() {
+        for (api_version, kind, name) in [
+            ("apps/v1", "Deployment", "orders"),
+            ("", "", ""),
+            ("v1", "Kind\nwith a line", "naïve-✓"),
+            ("argoproj.io/v1alpha1", "Rollout", "a"),
+        ] {
+            let mut budget = example();
+            budget.spec.scale_target_ref = ScaleTargetRef {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: name.into(),
+            };
+            let cached = CachedBudget::from(budget);
+            assert_eq!(
+                (
+                    cached.target_api_version(),
+                    cached.target_kind(),
+                    cached.target_name()
+                ),
+                (api_version, kind, name)
+            );
+        }
     }
 
     #[test]

@@ -39,14 +39,14 @@ pub fn other_owner(
     budgets
         .iter()
         .filter(|other| {
-            other.target.name == target.name
+            other.target_name() == target.name
                 && other.metadata.namespace == *namespace
                 && other.metadata.uid != budget.metadata.uid
                 && same_target(
                     target,
-                    &other.target.kind,
-                    &other.target.name,
-                    Some(&other.target.api_version),
+                    other.target_kind(),
+                    other.target_name(),
+                    Some(other.target_api_version()),
                 )
         })
         .filter(|other| age(other.as_ref()) < age(budget))

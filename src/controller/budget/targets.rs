@@ -71,8 +71,8 @@ impl Index {
     fn target_of(&self, budget: &CachedBudget) -> TargetKey {
         self.target_key(
             budget.metadata.namespace.as_deref(),
-            &budget.target.kind,
-            &budget.target.name,
+            budget.target_kind(),
+            budget.target_name(),
         )
     }
 

@@ -64,7 +64,7 @@ impl Reconciler for PolicyContext {
 type Relevant = (String, Option<String>);
 
 fn relevant(budget: &CachedBudget) -> Option<Relevant> {
-    let policy = budget.retry_policy.clone()?;
+    let policy = budget.retry_policy.as_deref()?.to_owned();
     Some((policy, budget.completion_deadline().ok()))
 }
 
