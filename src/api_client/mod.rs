@@ -82,6 +82,12 @@ pub fn build(
     build_with_spare(config, settings, gate, throttled).map(|(client, _)| client)
 }
 
+/// The most a connection's read buffer grows to. A buffer keeps its largest size, and a
+/// watch inherits the connection its kind's list was read on: with hyper's default (about
+/// 400 KB) every watch of a kind with thousands of objects kept the buffer a list page
+/// filled. Bodies are passed on as they are read, so a smaller buffer only means more reads.
+const READ_BUFFER_LIMIT: usize = 64 * 1024;
+
 /// Idle connections kept at most: enough for the reconciles in flight at the client's rate.
 const IDLE_CONNECTIONS_KEPT: usize = 32;
 
@@ -116,6 +122,7 @@ pub fn build_with_spare(
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(settings.idle_timeout)
         .pool_max_idle_per_host(IDLE_CONNECTIONS_KEPT)
+        .http1_max_buf_size(READ_BUFFER_LIMIT)
         .build(https);
     let spare = limit.clone().map(SpareCapacity::of).unwrap_or_default();
     let service = ServiceBuilder::new()
