@@ -17,6 +17,7 @@ pub mod memory;
 pub mod news;
 pub mod packed;
 pub mod packed_status;
+pub mod polls;
 pub mod reconcile;
 pub mod replica_counts;
 pub mod status;
@@ -70,6 +71,8 @@ pub struct BudgetContext {
     failures: Failures,
     /// Each budget's last decided and last written status.
     memory: Arc<memory::DecisionMemory>,
+    /// When each budget polls next.
+    polls: polls::Polls,
 }
 
 impl Reconciler for BudgetContext {
@@ -123,7 +126,7 @@ where
 {
     let client = ctx.client.clone();
     // Every change reaches the store, but only a change of the spec, labels or annotations
-    // triggers a reconcile: our own status writes must not (the poll's requeue drives the
+    // triggers a reconcile: our own status writes must not (the poll clock drives the
     // loop), or each write would cost another reconcile.
     let budget_changes = super::changed::only_changed(shared.budget_events).map_ok(slim::trigger);
     // One watch per kind: each feeds its cache and triggers the budgets it concerns.
@@ -182,6 +185,7 @@ where
         failures: Failures::default(),
         memory: shared.memory,
         document_writes: shared.document_writes,
+        polls: polls::Polls::default(),
     });
     let (for_autoscalers, for_deployments, for_statefulsets) = (
         shared.targets.clone(),
@@ -193,6 +197,7 @@ where
     let controller = Controller::for_stream(budget_changes, shared.budgets)
         .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
         .reconcile_on(woken)
+        .reconcile_on(context.polls.due())
         .watches_stream(autoscaler_changes, move |hpa: HorizontalPodAutoscaler| {
             let Some(spec) = hpa.spec.as_ref() else {
                 return Vec::new();

@@ -125,7 +125,11 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     if let Some(failure) = document_failure {
         return Err(failure);
     }
-    Ok(Action::requeue(jittered(plan.requeue)))
+    // The next poll is on the controller's own clock, not a requeue: between polls a budget
+    // is then a name and a time, not an entry in kube's scheduler ([`super::polls`]).
+    ctx.polls
+        .schedule(&namespace, &name, jittered(plan.requeue));
+    Ok(Action::await_change())
 }
 
 /// `poll` stretched by up to a tenth at random: budgets created together drift apart instead of
