@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::cached::CachedBudget;
+use super::wakes;
 
 /// The budgets' next polls, shared by the reconciles that schedule them and the stream that
 /// triggers them.
@@ -115,8 +116,12 @@ impl Polls {
         let pending: Vec<Arc<str>> = Vec::new();
         futures::stream::unfold((inner, pending), |(inner, mut pending)| async move {
             loop {
+                // Every name here is `namespace/name` (see `schedule`), so each reads back.
                 if let Some(budget) = pending.pop() {
-                    return Some((reference(&budget), (inner, pending)));
+                    if let Some(budget) = wakes::budget_of(&budget) {
+                        return Some((budget, (inner, pending)));
+                    }
+                    continue;
                 }
                 // Registered before the clock is read, so a poll scheduled in between wakes it.
                 let earlier = inner.earlier.notified();
@@ -141,14 +146,6 @@ impl Polls {
                 }
             }
         })
-    }
-}
-
-/// The reference the controller queues budget `namespace/name` under.
-fn reference(budget: &str) -> ObjectRef<CachedBudget> {
-    match budget.split_once('/') {
-        Some((namespace, name)) => ObjectRef::new(name).within(namespace),
-        None => ObjectRef::new(budget),
     }
 }
 

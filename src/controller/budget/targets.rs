@@ -13,6 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use super::cached::CachedBudget;
+use super::wakes;
 
 /// A budget by `namespace/name`: one allocation, shared by both maps. (An `ObjectRef` per map
 /// was four strings and a hundred bytes of fields, twice per budget.)
@@ -26,21 +27,7 @@ type BudgetName = Arc<str>;
 type TargetKey = u64;
 
 fn budget_name(budget: &CachedBudget) -> BudgetName {
-    format!(
-        "{}/{}",
-        budget.metadata.namespace.as_deref().unwrap_or_default(),
-        budget.metadata.name.as_deref().unwrap_or_default()
-    )
-    .into()
-}
-
-/// The reference the controller queues a budget under.
-fn reference(name: &str) -> ObjectRef<CachedBudget> {
-    match name.split_once('/') {
-        Some((namespace, name)) if !namespace.is_empty() => ObjectRef::new(name).within(namespace),
-        Some((_, name)) => ObjectRef::new(name),
-        None => ObjectRef::new(name),
-    }
+    wakes::asker(budget).into()
 }
 
 struct Index {
@@ -145,7 +132,12 @@ impl TargetIndex {
         index
             .budgets_of
             .get(&target)
-            .map(|budgets| budgets.iter().map(|budget| reference(budget)).collect())
+            .map(|budgets| {
+                budgets
+                    .iter()
+                    .filter_map(|budget| wakes::budget_of(budget))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 }

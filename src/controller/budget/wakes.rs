@@ -6,20 +6,23 @@ use futures::Stream;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::broadcast;
 
-use super::cached::CachedBudget;
-use crate::api::backlog_budget::BacklogBudget;
+use kube::Resource;
 
-/// The name a budget asks its queries under.
-pub fn asker(budget: &BacklogBudget) -> String {
+use super::cached::CachedBudget;
+
+/// The name a budget asks its queries under: `namespace/name`, also what the target index and
+/// the poll clock know a budget by.
+pub fn asker(budget: &impl Resource) -> String {
+    let meta = budget.meta();
     format!(
         "{}/{}",
-        budget.metadata.namespace.as_deref().unwrap_or_default(),
-        budget.metadata.name.as_deref().unwrap_or_default()
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
     )
 }
 
-/// The budget an asker name stands for.
-fn budget_of(asker: &str) -> Option<ObjectRef<CachedBudget>> {
+/// The budget an asker name stands for, as the controller queues it.
+pub fn budget_of(asker: &str) -> Option<ObjectRef<CachedBudget>> {
     let (namespace, name) = asker.split_once('/')?;
     Some(ObjectRef::new(name).within(namespace))
 }
@@ -56,7 +59,7 @@ mod tests {
             "{scaleTargetRef: {kind: Deployment, name: w}, minReplicas: 1, maxReplicas: 2, completionDeadline: 1m, metrics: {backlog: x}, partitionCount: 2, capacity: {perReplicaRate: 1}}",
         )
         .unwrap();
-        let mut budget = BacklogBudget::new("orders", spec);
+        let mut budget = crate::api::BacklogBudget::new("orders", spec);
         budget.metadata.namespace = Some("shop".into());
         let (sender, receiver) = broadcast::channel(4);
         let mut woken = Box::pin(woken(receiver));
