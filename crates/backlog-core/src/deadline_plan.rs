@@ -425,27 +425,62 @@ impl Planner<'_, '_> {
     }
 
     /// Should λ return to the highest of the recent past right away, the count that carries
-    /// it, asked for at the next decision, brings it back before the age passes `limit`: a
-    /// scale-down is only as safe as the way back (pods start, the group rebalances). A peak
-    /// beyond what the cap completes is taken at the cap's rate: no count carries more.
+    /// it, asked for at the next decision, brings it back in time: a scale-down is only as
+    /// safe as the way back (pods start, the group rebalances). A peak beyond what the cap
+    /// completes is taken at the cap's rate: no count carries more.
+    ///
+    /// A peak that rose above `replicas`' completions more than once lately, or lasted half
+    /// the horizon or more, is taken to last the horizon and held to `limit`. A spike seen
+    /// once is a guess about the future: it returns as long and as high as it was seen and
+    /// is held only to the critical age. Held to the stricter test, a short spike the budget
+    /// met once would keep the count it asked for until the spike leaves the demand window,
+    /// up to twice the horizon.
     fn recovers_if_peak_returns(&self, replicas: u32, limit: f64) -> bool {
         let cap = self.inputs.cap;
-        let peak = self
-            .inputs
-            .recent
-            .peak()
-            .max(self.inputs.produce_rate)
-            .min(self.capacity(cap));
-        if peak <= self.capacity(replicas) {
+        let lambda = self.inputs.produce_rate;
+        let level = self.capacity(replicas);
+        if lambda.max(self.inputs.recent.peak()) <= level {
             return true;
         }
-        let back = self
-            .useful(replicas, cap)
-            .find(|&k| self.capacity(k) >= peak)
-            .unwrap_or(cap);
-        self.predict(replicas, back, &|_| peak, self.settings.horizon)
-            .peak_age
-            <= limit
+        let back_for = |peak: f64| {
+            let peak = peak.min(self.capacity(cap));
+            self.useful(replicas, cap)
+                .find(|&k| self.capacity(k) >= peak)
+                .unwrap_or(cap)
+        };
+        // A spike, not a level: it went, it came once, and it lasted less than half the
+        // horizon (a load that stopped after most of the window is expected back as it was).
+        let once = lambda <= level && self.inputs.recent.recurring_above(level).is_none();
+        let spike = self
+            .inputs
+            .recent
+            .peak_above(level)
+            .filter(|peak| once && peak.span() <= self.settings.horizon / 2.0);
+        match spike {
+            Some(peak) => {
+                let lasts = peak.span();
+                let arrivals = |t: f64| if t < lasts { peak.rate_at(t) } else { lambda };
+                self.predict(
+                    replicas,
+                    back_for(peak.peak()),
+                    &arrivals,
+                    self.settings.horizon,
+                )
+                .peak_age
+                    <= self.settings.critical_age
+            }
+            _ => {
+                let peak = self
+                    .inputs
+                    .recent
+                    .peak()
+                    .max(lambda)
+                    .min(self.capacity(cap));
+                self.predict(replicas, back_for(peak), &|_| peak, self.settings.horizon)
+                    .peak_age
+                    <= limit
+            }
+        }
     }
 
     /// Holding `current` until the next decision leaves the deadline reachable: should

@@ -168,6 +168,42 @@ impl Replay {
         })
     }
 
+    /// The stretch around the highest λ of the window during which λ stayed above `level`,
+    /// as it was seen: λ from the stretch's start, and its length as the span. `None` when λ
+    /// never rose above `level`.
+    pub fn peak_above(&self, level: f64) -> Option<Replay> {
+        let (top, _) = self
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, rate))| *rate > level)
+            .max_by(|a, b| a.1.1.total_cmp(&b.1.1))?;
+        let first = (0..=top)
+            .rev()
+            .take_while(|&i| self.steps[i].1 > level)
+            .last()
+            .unwrap_or(top);
+        let end = self.steps[top + 1..]
+            .iter()
+            .find(|(_, rate)| *rate <= level)
+            .map_or(self.span, |(start, _)| *start);
+        let from = self.steps[first].0;
+        let steps = self.steps[first..]
+            .iter()
+            .take_while(|(start, _)| *start < end)
+            .map(|(start, rate)| (start - from, *rate))
+            .collect();
+        Some(Replay {
+            steps,
+            span: (end - from).max(1.0),
+        })
+    }
+
+    /// Seconds one repetition lasts.
+    pub fn span(&self) -> f64 {
+        self.span
+    }
+
     pub fn peak(&self) -> f64 {
         self.steps.iter().map(|(_, r)| *r).fold(0.0, f64::max)
     }
@@ -256,6 +292,28 @@ mod tests {
         );
         // Nothing rose above 2500/s.
         assert_eq!(replay.recurring_above(2500.0), None);
+    }
+
+    #[test]
+    fn a_peak_is_replayed_from_where_it_rose_to_where_it_fell() {
+        // 500/s, then 1500/s and 3000/s for a minute each, back to 500/s for two minutes.
+        let history: Vec<DemandSample> = [(0, 500.0), (120, 1500.0), (180, 3000.0), (240, 500.0)]
+            .iter()
+            .map(|&(second, rate)| DemandSample {
+                at: at(second),
+                rate,
+            })
+            .collect();
+        let replay = Replay::new(&history, at(360), 360.0, 15.0);
+        let peak = replay.peak_above(1000.0).expect("λ rose above 1000/s");
+        assert_eq!(peak.span(), 120.0);
+        assert_eq!(peak.rate_at(30.0), 1500.0);
+        assert_eq!(peak.rate_at(90.0), 3000.0);
+        assert_eq!(peak.peak(), 3000.0);
+        // Above 2000/s only the second minute counts.
+        let top = replay.peak_above(2000.0).expect("λ rose above 2000/s");
+        assert_eq!((top.span(), top.rate_at(0.0)), (60.0, 3000.0));
+        assert_eq!(replay.peak_above(3000.0), None);
     }
 
     proptest! {

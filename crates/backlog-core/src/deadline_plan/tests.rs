@@ -183,6 +183,35 @@ fn a_one_off_peak_does_not_hold_replicas_after_it() {
 }
 
 #[test]
+fn a_short_spike_seen_once_does_not_hold_the_cap_on_a_tight_deadline() {
+    // 1000/s, a 30 s spike to 2500/s two minutes ago, 1000/s since; 16 replicas (the cap)
+    // met it. On a 2-minute deadline a reaction takes 90 s, so a spike that lasted the whole
+    // horizon would need the cap held; one that returns as it was (30 s) is met from 4
+    // (1000/s) with the oldest event near 70 s, below the 96 s critical age.
+    let mut rates = vec![1000.0; 20];
+    rates.push(2500.0);
+    rates.extend([1000.0; 4]);
+    let replay = recent(&rates);
+    let mut after = inputs(&replay, 0.0, 0.0, 1000.0, 16);
+    after.current_run_seconds = 120.0;
+    after.down_waits = &[0.0; 17];
+    let p = plan(&after, &tight_settings());
+    assert!(p.replicas < 16, "{p:?}");
+    // Peaks that came twice are taken to last: the cap holds.
+    let mut rates = vec![1000.0; 12];
+    for _ in 0..2 {
+        rates.push(2500.0);
+        rates.extend([1000.0; 4]);
+    }
+    let replay = recent(&rates);
+    let mut after = inputs(&replay, 0.0, 0.0, 1000.0, 16);
+    after.current_run_seconds = 120.0;
+    after.down_waits = &[0.0; 17];
+    let p = plan(&after, &tight_settings());
+    assert_eq!(p.replicas, 16, "{p:?}");
+}
+
+#[test]
 fn past_the_critical_fraction_the_cap_works_until_it_recovers() {
     let replay = recent(&[1000.0; 24]);
     let p = plan(&inputs(&replay, 60_000.0, 500.0, 1000.0, 4), &settings());
