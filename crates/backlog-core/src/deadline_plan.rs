@@ -469,7 +469,7 @@ impl Planner<'_, '_> {
                 .peak_age
                     <= self.settings.critical_age
             }
-            _ => {
+            None => {
                 let peak = self
                     .inputs
                     .recent

@@ -188,14 +188,18 @@ fn a_short_spike_seen_once_does_not_hold_the_cap_on_a_tight_deadline() {
     // met it. On a 2-minute deadline a reaction takes 90 s, so a spike that lasted the whole
     // horizon would need the cap held; one that returns as it was (30 s) is met from 4
     // (1000/s) with the oldest event near 70 s, below the 96 s critical age.
+    // The plan with the cap running, two minutes after the last spike, idle since.
+    let after = |rates: &[f64]| {
+        let replay = recent(rates);
+        let mut idle = inputs(&replay, 0.0, 0.0, 1000.0, 16);
+        idle.current_run_seconds = 120.0;
+        idle.down_waits = &[0.0; 17];
+        plan(&idle, &tight_settings())
+    };
     let mut rates = vec![1000.0; 20];
     rates.push(2500.0);
     rates.extend([1000.0; 4]);
-    let replay = recent(&rates);
-    let mut after = inputs(&replay, 0.0, 0.0, 1000.0, 16);
-    after.current_run_seconds = 120.0;
-    after.down_waits = &[0.0; 17];
-    let p = plan(&after, &tight_settings());
+    let p = after(&rates);
     assert!(p.replicas < 16, "{p:?}");
     // Peaks that came twice are taken to last: the cap holds.
     let mut rates = vec![1000.0; 12];
@@ -203,11 +207,7 @@ fn a_short_spike_seen_once_does_not_hold_the_cap_on_a_tight_deadline() {
         rates.push(2500.0);
         rates.extend([1000.0; 4]);
     }
-    let replay = recent(&rates);
-    let mut after = inputs(&replay, 0.0, 0.0, 1000.0, 16);
-    after.current_run_seconds = 120.0;
-    after.down_waits = &[0.0; 17];
-    let p = plan(&after, &tight_settings());
+    let p = after(&rates);
     assert_eq!(p.replicas, 16, "{p:?}");
 }
 
