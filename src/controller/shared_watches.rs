@@ -84,6 +84,7 @@ pub fn open(
         budget::Shared {
             budget_events,
             budgets: budgets.clone(),
+            budgets_listed: budgets_listed.clone(),
             targets,
             policies: policies.clone(),
             memory,

@@ -69,16 +69,6 @@ pub fn budget(budget: &mut CachedBudget, remembered: impl Fn(&str, &str, Option<
     });
 }
 
-/// A budget as it triggers its reconcile: the controller queues it under a reference made from
-/// this object, and the reference stays in its scheduler until the next poll. The uid and
-/// resourceVersion in it are two strings a budget that nobody reads there: the reconcile
-/// reads the budget from the cache, and references compare by namespace and name.
-pub fn trigger(mut budget: CachedBudget) -> CachedBudget {
-    budget.metadata.uid = None;
-    budget.metadata.resource_version = None;
-    budget
-}
-
 /// An HPA as conflict detection reads it: what it scales.
 pub fn autoscaler(autoscaler: &mut HorizontalPodAutoscaler) {
     bookkeeping(autoscaler);
@@ -139,24 +129,6 @@ mod tests {
         }
         budget(&mut nothing_reported, remembers("u-2"));
         assert!(nothing_reported.status.is_none());
-    }
-
-    #[test]
-    fn a_trigger_refers_to_its_budget_without_uid_or_version() {
-        use kube::runtime::reflector::ObjectRef;
-        let mut full: crate::api::BacklogBudget =
-            serde_yaml::from_str(include_str!("../../examples/backlog-budget.yaml"))
-                .expect("the example BacklogBudget");
-        full.metadata.namespace = Some("shop".to_owned());
-        full.metadata.uid = Some("u-1".to_owned());
-        full.metadata.resource_version = Some("42".to_owned());
-        let cached = CachedBudget::from(full);
-        let reference = ObjectRef::from_obj(&trigger(cached.clone()));
-        assert_eq!(reference, ObjectRef::from_obj(&cached));
-        assert_eq!(
-            (reference.extra.uid, reference.extra.resource_version),
-            (None, None)
-        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ mod wakes;
 
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::runtime::reflector::{self, Store};
@@ -91,6 +91,7 @@ impl Reconciler for BudgetContext {
         &self,
         budget: Arc<CachedBudget>,
     ) -> Result<kube::runtime::controller::Action, Error> {
+        self.polls.started(&wakes::asker(&*budget));
         let budget = budget.budget().map_err(|source| Error::Cached {
             what: "BacklogBudget spec",
             source,
@@ -101,8 +102,8 @@ impl Reconciler for BudgetContext {
 
 /// Budget reconciles in flight at once, per watched scope: thousands of budgets created
 /// together are worked through in a bounded crowd (bounded memory and bursts of API writes)
-/// instead of all at once; the others wait in the controller's queue, which costs nothing.
-const RECONCILES_AT_ONCE: u16 = 64;
+/// instead of all at once; the others wait on the poll clock as names ([`polls`]).
+pub const RECONCILES_AT_ONCE: u16 = 64;
 
 /// What the budget controller shares with the RetryPolicy controller: one watch per kind.
 pub struct Shared<BudgetEvents> {
@@ -110,6 +111,8 @@ pub struct Shared<BudgetEvents> {
     /// drives it.
     pub budget_events: BudgetEvents,
     pub budgets: Store<CachedBudget>,
+    /// Whether `budgets` has listed, for the poll clock (which waits besides kube's runner).
+    pub budgets_listed: Listed,
     pub targets: targets::TargetIndex,
     /// Kept by the RetryPolicy controller's watch.
     pub policies: Store<RetryPolicy>,
@@ -128,7 +131,7 @@ where
     // Every change reaches the store, but only a change of the spec, labels or annotations
     // triggers a reconcile: our own status writes must not (the poll clock drives the
     // loop), or each write would cost another reconcile.
-    let budget_changes = super::changed::only_changed(shared.budget_events).map_ok(slim::trigger);
+    let budget_changes = super::changed::only_changed(shared.budget_events);
     // One watch per kind: each feeds its cache and triggers the budgets it concerns.
     let (autoscalers, writer) = reflector::store();
     let (mark_autoscalers_listed, autoscalers_listed) = listed();
@@ -187,41 +190,59 @@ where
         document_writes: shared.document_writes,
         polls: polls::Polls::default(),
     });
-    let (for_autoscalers, for_deployments, for_statefulsets) = (
-        shared.targets.clone(),
-        shared.targets.clone(),
-        shared.targets,
-    );
+    // Every trigger asks the poll clock, which hands budgets to kube's scheduler as reconciles
+    // start ([`polls`]): a start's lists of thousands of budgets and workloads stay names.
+    let polls = &context.polls;
+    let targets = &shared.targets;
+    let budget_triggers = budget_changes.for_each(|budget| {
+        if let Ok(budget) = budget {
+            polls.ask(&wakes::asker(&budget));
+        }
+        futures::future::ready(())
+    });
+    let ask_for_target = |namespace: Option<&str>, kind: &str, name: &str| {
+        for budget in targets.names_of(namespace, kind, name) {
+            polls.ask(&budget);
+        }
+        futures::future::ready(())
+    };
+    let autoscaler_triggers = autoscaler_changes.for_each(|hpa| match hpa {
+        Ok(HorizontalPodAutoscaler {
+            metadata,
+            spec: Some(spec),
+            ..
+        }) => ask_for_target(
+            metadata.namespace.as_deref(),
+            &spec.scale_target_ref.kind,
+            &spec.scale_target_ref.name,
+        ),
+        _ => futures::future::ready(()),
+    });
+    let deployment_triggers = deployment_changes.for_each(|deployment| match deployment {
+        Ok(d) => ask_for_target(
+            d.metadata.namespace.as_deref(),
+            &Deployment::kind(&()),
+            &d.name_any(),
+        ),
+        Err(_) => futures::future::ready(()),
+    });
+    let statefulset_triggers = statefulset_changes.for_each(|statefulset| match statefulset {
+        Ok(s) => ask_for_target(
+            s.metadata.namespace.as_deref(),
+            &StatefulSet::kind(&()),
+            &s.name_any(),
+        ),
+        Err(_) => futures::future::ready(()),
+    });
     // A renewed grouped answer wakes the budgets whose value changed.
-    let woken = wakes::woken(context.base.queries.wakes());
-    let controller = Controller::for_stream(budget_changes, shared.budgets)
+    let wake_triggers = wakes::woken(context.base.queries.wakes()).for_each(|budget| {
+        polls.ask(&budget);
+        futures::future::ready(())
+    });
+    let no_triggers = futures::stream::empty::<Result<CachedBudget, watcher::Error>>();
+    let controller = Controller::for_stream(no_triggers, shared.budgets.clone())
         .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
-        .reconcile_on(woken)
-        .reconcile_on(context.polls.due())
-        .watches_stream(autoscaler_changes, move |hpa: HorizontalPodAutoscaler| {
-            let Some(spec) = hpa.spec.as_ref() else {
-                return Vec::new();
-            };
-            for_autoscalers.budgets_of(
-                hpa.metadata.namespace.as_deref(),
-                &spec.scale_target_ref.kind,
-                &spec.scale_target_ref.name,
-            )
-        })
-        .watches_stream(deployment_changes, move |d: DeploymentReplicas| {
-            for_deployments.budgets_of(
-                d.metadata.namespace.as_deref(),
-                &Deployment::kind(&()),
-                &d.name_any(),
-            )
-        })
-        .watches_stream(statefulset_changes, move |s: StatefulSetReplicas| {
-            for_statefulsets.budgets_of(
-                s.metadata.namespace.as_deref(),
-                &StatefulSet::kind(&()),
-                &s.name_any(),
-            )
-        })
+        .reconcile_on(context.polls.due(shared.budgets, shared.budgets_listed))
         .shutdown_on_signal()
         .run(
             reconciler::reconcile,
@@ -237,8 +258,14 @@ where
                 let client = context.base.client.clone();
                 async move { apply::apply_document(client, &namespace, &configmap).await }
             });
+    // The trigger streams are watches, which end only with the controller's shutdown.
     tokio::select! {
         () = controller => {}
         () = write_documents => {}
+        () = budget_triggers => {}
+        () = autoscaler_triggers => {}
+        () = deployment_triggers => {}
+        () = statefulset_triggers => {}
+        () = wake_triggers => {}
     }
 }

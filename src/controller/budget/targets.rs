@@ -17,7 +17,7 @@ use super::wakes;
 
 /// A budget by `namespace/name`: one allocation, shared by both maps. (An `ObjectRef` per map
 /// was four strings and a hundred bytes of fields, twice per budget.)
-type BudgetName = Arc<str>;
+pub type BudgetName = Arc<str>;
 
 /// A target as budgets name it (namespace, kind and name; the API group is compared by the
 /// caller, which sees the whole reference), by a keyed digest of those. Two targets sharing a
@@ -127,18 +127,17 @@ impl TargetIndex {
         kind: &str,
         name: &str,
     ) -> Vec<ObjectRef<CachedBudget>> {
+        self.names_of(namespace, kind, name)
+            .iter()
+            .filter_map(|budget| wakes::budget_of(budget))
+            .collect()
+    }
+
+    /// The same, as `namespace/name`.
+    pub fn names_of(&self, namespace: Option<&str>, kind: &str, name: &str) -> Vec<BudgetName> {
         let index = self.0.read().unwrap_or_else(PoisonError::into_inner);
         let target = index.target_key(namespace, kind, name);
-        index
-            .budgets_of
-            .get(&target)
-            .map(|budgets| {
-                budgets
-                    .iter()
-                    .filter_map(|budget| wakes::budget_of(budget))
-                    .collect()
-            })
-            .unwrap_or_default()
+        index.budgets_of.get(&target).cloned().unwrap_or_default()
     }
 }
 

@@ -27,19 +27,13 @@ pub fn budget_of(asker: &str) -> Option<ObjectRef<CachedBudget>> {
     Some(ObjectRef::new(name).within(namespace))
 }
 
-/// The budgets to reconcile now. Wakes missed while the controller was busy are skipped:
-/// those budgets still poll.
-pub fn woken(
-    wakes: broadcast::Receiver<String>,
-) -> impl Stream<Item = ObjectRef<CachedBudget>> + Send + 'static {
+/// The budgets to reconcile now, by asker name. Wakes missed while the triggers were busy are
+/// skipped: those budgets still poll.
+pub fn woken(wakes: broadcast::Receiver<String>) -> impl Stream<Item = String> + Send + 'static {
     futures::stream::unfold(wakes, |mut wakes| async move {
         loop {
             match wakes.recv().await {
-                Ok(asker) => {
-                    if let Some(budget) = budget_of(&asker) {
-                        return Some((budget, wakes));
-                    }
-                }
+                Ok(asker) => return Some((asker, wakes)),
                 Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
@@ -63,11 +57,12 @@ mod tests {
         budget.metadata.namespace = Some("shop".into());
         let (sender, receiver) = broadcast::channel(4);
         let mut woken = Box::pin(woken(receiver));
-        sender.send("not a budget".into()).unwrap();
         sender.send(asker(&budget)).unwrap();
         drop(sender);
+        let woke = woken.next().await.expect("a wake");
         let cached = CachedBudget::from(budget);
-        assert_eq!(woken.next().await, Some(ObjectRef::from_obj(&cached)));
+        assert_eq!(budget_of(&woke), Some(ObjectRef::from_obj(&cached)));
         assert_eq!(woken.next().await, None);
+        assert_eq!(budget_of("not a budget"), None);
     }
 }
