@@ -299,12 +299,33 @@ async fn termination() {
     }
 }
 
+/// How the operator ends when its metrics server did: a server that failed or panicked is a
+/// failure of the process (it exited 0 after a panic before), one that stopped is not.
 fn served_error(
     address: SocketAddr,
     served: Result<std::io::Result<()>, tokio::task::JoinError>,
 ) -> Result<(), Error> {
     match served {
+        Ok(Ok(())) => Ok(()),
         Ok(Err(source)) => Err(Error::Serve { address, source }),
-        _ => Ok(()),
+        Err(stopped) => Err(Error::Serve {
+            address,
+            source: std::io::Error::other(stopped),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_metrics_server_that_panicked_fails_the_process() {
+        let address: SocketAddr = ([127, 0, 0, 1], 8080).into();
+        let panicked = tokio::spawn(async { panic!("a bug in a handler") }).await;
+        let ended: Result<std::io::Result<()>, _> = panicked.map(|()| Ok(()));
+        let error = served_error(address, ended).expect_err("a panic is a failure");
+        assert!(error.to_string().contains("127.0.0.1:8080"), "{error}");
+        assert!(served_error(address, Ok(Ok(()))).is_ok());
     }
 }
