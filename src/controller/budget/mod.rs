@@ -28,7 +28,6 @@ mod wakes;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
@@ -123,6 +122,45 @@ pub struct Shared<BudgetEvents> {
     pub document_writes: Arc<document_writes::DocumentWrites>,
 }
 
+/// Asks the poll clock for the budgets whose `scaleTargetRef` names `kind`/`name` in
+/// `namespace`.
+fn ask_for_target(
+    polls: &polls::Polls,
+    targets: &targets::TargetIndex,
+    namespace: Option<&str>,
+    kind: &str,
+    name: &str,
+) {
+    for budget in targets.names_of(namespace, kind, name) {
+        polls.ask(&budget);
+    }
+}
+
+/// Asks the poll clock for the budgets that scale each workload the watch shows.
+async fn ask_for_workloads<Workload>(
+    changes: impl futures::Stream<Item = Result<Workload, watcher::Error>>,
+    polls: &polls::Polls,
+    targets: &targets::TargetIndex,
+) where
+    Workload: Resource<DynamicType = ()>,
+{
+    let kind = Workload::kind(&());
+    changes
+        .for_each(|workload| {
+            if let Ok(workload) = workload {
+                ask_for_target(
+                    polls,
+                    targets,
+                    workload.meta().namespace.as_deref(),
+                    &kind,
+                    &workload.name_any(),
+                );
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
 pub async fn run<BudgetEvents>(ctx: Arc<Context>, scope: Scope, shared: Shared<BudgetEvents>)
 where
     BudgetEvents: futures::Stream<Item = Result<CachedBudget, watcher::Error>> + Send + 'static,
@@ -200,40 +238,25 @@ where
         }
         futures::future::ready(())
     });
-    let ask_for_target = |namespace: Option<&str>, kind: &str, name: &str| {
-        for budget in targets.names_of(namespace, kind, name) {
-            polls.ask(&budget);
-        }
-        futures::future::ready(())
-    };
-    let autoscaler_triggers = autoscaler_changes.for_each(|hpa| match hpa {
-        Ok(HorizontalPodAutoscaler {
+    let autoscaler_triggers = autoscaler_changes.for_each(|hpa| {
+        if let Ok(HorizontalPodAutoscaler {
             metadata,
             spec: Some(spec),
             ..
-        }) => ask_for_target(
-            metadata.namespace.as_deref(),
-            &spec.scale_target_ref.kind,
-            &spec.scale_target_ref.name,
-        ),
-        _ => futures::future::ready(()),
+        }) = hpa
+        {
+            ask_for_target(
+                polls,
+                targets,
+                metadata.namespace.as_deref(),
+                &spec.scale_target_ref.kind,
+                &spec.scale_target_ref.name,
+            );
+        }
+        futures::future::ready(())
     });
-    let deployment_triggers = deployment_changes.for_each(|deployment| match deployment {
-        Ok(d) => ask_for_target(
-            d.metadata.namespace.as_deref(),
-            &Deployment::kind(&()),
-            &d.name_any(),
-        ),
-        Err(_) => futures::future::ready(()),
-    });
-    let statefulset_triggers = statefulset_changes.for_each(|statefulset| match statefulset {
-        Ok(s) => ask_for_target(
-            s.metadata.namespace.as_deref(),
-            &StatefulSet::kind(&()),
-            &s.name_any(),
-        ),
-        Err(_) => futures::future::ready(()),
-    });
+    let deployment_triggers = ask_for_workloads(deployment_changes, polls, targets);
+    let statefulset_triggers = ask_for_workloads(statefulset_changes, polls, targets);
     // A renewed grouped answer wakes the budgets whose value changed.
     let wake_triggers = wakes::woken(context.base.queries.wakes()).for_each(|budget| {
         polls.ask(&budget);

@@ -203,7 +203,8 @@ impl Polls {
     }
 
     /// How many budgets were handed to the controller and have not started.
-    pub fn handed(&self) -> usize {
+    #[cfg(test)]
+    fn handed(&self) -> usize {
         self.clock().handed.len()
     }
 
