@@ -157,4 +157,67 @@ budget:
             "base {base}/s, {rate}/s per replica, {partitions} partitions: {highest} replicas 30 minutes after the burst, the constant optimum is {optimum}"
         );
     }
+    /// Without capacity.perReplicaRate, a budget that starts with too few replicas for a
+    /// partition count they do not divide sees only some consumers fall behind (those
+    /// owning one partition more); their average completions understate a replica, and a
+    /// budget that took them for its bound reached for the cap and stayed there for good.
+    /// With a deadline that a pod start and a rebalance use most of, it may still reach for
+    /// the cap (a count that falls behind by a hair is held until the count that keeps up
+    /// no longer leaves a spike room to react, and then only the cap drains in time), but
+    /// once nothing waits it never stays more than one above the cheapest count that keeps
+    /// up (after the share kept for retries) for longer than the scale-down window and two
+    /// rate windows.
+    #[test]
+    fn without_a_prior_an_undersized_start_on_uneven_partitions_does_not_stay_high(
+        rate in 100.0..500.0f64,
+        partitions in 6u32..=32,
+        load in 0.2..0.6f64,
+    ) {
+        let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
+        let optimum = keep_up_optimum(lambda, 0.9 * rate, partitions);
+        let start = optimum - 1;
+        prop_assume!(start >= 2 && partitions % start != 0);
+        let scenario = model(&format!(
+            r#"
+name: no-prior-undersized
+duration: 60m
+partitions: {partitions}
+initialReplicas: {start}
+podStartDelay: 60s
+rebalancePause: 20s
+production:
+  - {{from: 0s, rate: {lambda}}}
+consumer: {{perReplicaRate: {rate}}}
+budget:
+  minReplicas: 1
+  maxReplicas: {partitions}
+  completionDeadline: 2m
+  scaling: {{targetDrainTime: 1m, scaleDownStabilization: 5m, rebalanceCost: 20s}}
+"#
+        ));
+        let result = simulate(&scenario, PolicyKind::Budget);
+        let longest = longest_idle_above(&result, optimum + 1);
+        prop_assert!(
+            longest <= 300.0 + 2.0 * 60.0,
+            "λ {lambda}/s, {rate}/s per replica, {partitions} partitions, start {start}: {longest} s above {} replicas with nothing waiting",
+            optimum + 1
+        );
+        prop_assert_eq!(result.summary.breach_seconds, 0.0);
+    }
+}
+
+/// The longest stretch of the timeline with more than `above` replicas asked for and
+/// nothing waiting (seconds).
+fn longest_idle_above(result: &SimulationResult, above: u32) -> f64 {
+    let mut longest: f64 = 0.0;
+    let mut since: Option<f64> = None;
+    for row in &result.timeline {
+        if row.replicas > above && row.backlog <= 0.0 {
+            let from = *since.get_or_insert(row.t);
+            longest = longest.max(row.t - from);
+        } else {
+            since = None;
+        }
+    }
+    longest
 }

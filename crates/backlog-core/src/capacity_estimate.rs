@@ -63,6 +63,14 @@ pub struct CapacityEvidence {
     /// group keeps up only as far as it does (P / ⌈P / ready⌉; `ready_replicas` when the
     /// partitions are unknown). Idle consumers' completions over it bound the capacity.
     pub busiest_consumer_shares: f64,
+    /// What arrives per second (the queried λ over the same window as the completions) and
+    /// over how many partitions: where the group falls behind, they tell which consumers
+    /// are the saturated ones ([`partly_saturated_rate`]).
+    pub arrivals: Option<f64>,
+    pub partitions: Option<u32>,
+    /// The backlog rose since the previous poll: the group completes less than arrives, so
+    /// a completion rate below the arrivals is not a window's noise.
+    pub falling_behind: bool,
     /// The group completes what arrives and little waits: only then is the busiest
     /// consumer known to keep up with its partitions (saturated, every consumer completes
     /// the same, and the busiest share would overstate it).
@@ -226,6 +234,19 @@ pub fn estimate(
         {
             Some(average.max(rate / evidence.busiest_consumer_shares))
         }
+        // Falling behind with work on only some partitions: the consumers owning the most
+        // are saturated and the others complete their share, so the average understates
+        // what one replica does. Only a bound still: averaged over a window in which λ moved,
+        // the rate solved reads low.
+        (Some(average), Some(rate)) if evidence.settled && evidence.falling_behind => Some(
+            evidence
+                .arrivals
+                .zip(evidence.partitions)
+                .and_then(|(arrivals, partitions)| {
+                    partly_saturated_rate(rate, arrivals, partitions, evidence.ready_replicas)
+                })
+                .map_or(average, |solved| average.max(solved)),
+        ),
         (seen, _) => seen,
     };
     let bound = match (per_ready, previous_bound) {
@@ -257,6 +278,49 @@ pub fn estimate(
     }
 }
 
+/// The per-replica rate at which `ready` consumers, owning `partitions` evenly loaded
+/// partitions round-robin, complete `completed` of the `arrivals` per second: the busiest
+/// consumers (⌈P/n⌉ partitions each) are saturated at that rate and the others complete
+/// their partitions' share. `None` while the group completes everything that arrives (no
+/// consumer is shown saturated) or the inputs are unusable.
+///
+/// A lower bound of the true rate whenever the completions come from that model: averaged
+/// over a window in which λ moved, a saturated consumer's completions stay at its rate while
+/// its share of the window's λ only rises above it part of the time, so the rate solved from
+/// the averages reads low, never high.
+pub fn partly_saturated_rate(
+    completed: f64,
+    arrivals: f64,
+    partitions: u32,
+    ready: u32,
+) -> Option<f64> {
+    let usable = |v: f64| v.is_finite() && v > 0.0;
+    // Equal but for rounding: the group keeps up. (Completions a little below the arrivals
+    // through a window's noise solve to a rate below the busiest consumers' load, which
+    // their true rate is not: low, as a bound may be.)
+    let keeps_up = completed >= arrivals * (1.0 - 1e-9);
+    if !usable(completed) || !usable(arrivals) || keeps_up || partitions == 0 {
+        return None;
+    }
+    // Consumers beyond the partition count own none and complete nothing.
+    let owners = ready.min(partitions);
+    if owners == 0 {
+        return None;
+    }
+    let per_partition = arrivals / f64::from(partitions);
+    let fewer = partitions / owners;
+    // The first P mod n consumers own one partition more.
+    let busiest = partitions % owners;
+    let lighter = owners - busiest;
+    let lighter_load = f64::from(fewer) * per_partition;
+    // Everyone saturated (the completions are below what the lighter consumers alone are
+    // given): all complete the same.
+    if completed <= f64::from(owners) * lighter_load || busiest == 0 {
+        return Some(completed / f64::from(owners));
+    }
+    Some((completed - f64::from(lighter) * lighter_load) / f64::from(busiest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +337,9 @@ mod tests {
             completed_at_least: None,
             ready_replicas: ready,
             busiest_consumer_shares: f64::from(ready),
+            arrivals: None,
+            partitions: None,
+            falling_behind: false,
             keeping_up: false,
             saturated,
             settled: true,
@@ -514,12 +581,77 @@ mod tests {
         assert_eq!(after.source, CapacitySource::Measured);
     }
 
+    /// What `ready` consumers at `rate` each complete of `arrivals` spread evenly over
+    /// `partitions`, round-robin: the simulator's model.
+    fn completions(rate: f64, arrivals: f64, partitions: u32, ready: u32) -> f64 {
+        let per_partition = arrivals / f64::from(partitions);
+        (0..ready)
+            .map(|consumer| {
+                let owned = (0..partitions).filter(|p| p % ready == consumer).count();
+                rate.min(per_partition * owned as f64)
+            })
+            .sum()
+    }
+
+    #[test]
+    fn consumers_falling_behind_on_their_extra_partition_show_their_rate() {
+        // 12 partitions over 5 consumers: two own three (210/s at 840/s), three own two
+        // (140/s). At 176/s each the two fall behind, and the group completes 772/s: 154 a
+        // replica on average, 176 for the two that show what one replica does.
+        let completed = completions(176.0, 840.0, 12, 5);
+        assert!((completed - 772.0).abs() < 1e-9);
+        let solved = partly_saturated_rate(completed, 840.0, 12, 5).expect("a rate");
+        assert!((solved - 176.0).abs() < 1e-9, "{solved}");
+        let mut behind = evidence(completed, 5, false);
+        (behind.arrivals, behind.partitions) = (Some(840.0), Some(12));
+        let bound = estimate(behind, None, at(0)).expect("estimate");
+        assert_eq!(bound.per_replica_rate, 154.4);
+        behind.falling_behind = true;
+        let bound = estimate(behind, None, at(0)).expect("estimate");
+        assert!((bound.per_replica_rate - 176.0).abs() < 1e-9, "{bound:?}");
+        assert!(bound.is_lower_bound());
+        // A group completing all that arrives shows no consumer's rate.
+        assert_eq!(partly_saturated_rate(840.0, 840.0, 12, 5), None);
+        // Consumers beyond the partitions own none.
+        let completed = completions(50.0, 840.0, 12, 20);
+        let solved = partly_saturated_rate(completed, 840.0, 12, 20).expect("a rate");
+        assert!((solved - 50.0).abs() < 1e-9, "{solved}");
+    }
+
     #[test]
     fn nothing_known_is_no_estimate() {
         assert_eq!(estimate(evidence(0.0, 0, false), None, at(0)), None);
     }
 
     proptest! {
+        /// From the model's completions the rate is found exactly, and from a window in
+        /// which λ stepped (both rates averaged over it) it is never overstated.
+        #[test]
+        fn the_rate_of_partly_saturated_consumers_is_never_overstated(
+            rate in 1.0..1e4f64,
+            low in 1.0..1e5f64,
+            high_share in 1.0..4.0f64,
+            low_share in 0.0..=1.0f64,
+            partitions in 1u32..128,
+            ready in 1u32..160,
+        ) {
+            let high = low * high_share;
+            let exact = completions(rate, high, partitions, ready);
+            if let Some(solved) = partly_saturated_rate(exact, high, partitions, ready) {
+                prop_assert!((solved - rate).abs() <= 1e-6 * rate, "{} for {}", solved, rate);
+            }
+            let mean = |a: f64, b: f64| low_share * a + (1.0 - low_share) * b;
+            let completed = mean(
+                completions(rate, low, partitions, ready),
+                exact,
+            );
+            let arrivals = mean(low, high);
+            if let Some(solved) = partly_saturated_rate(completed, arrivals, partitions, ready) {
+                prop_assert!(solved <= rate * (1.0 + 1e-9), "{} above {}", solved, rate);
+                prop_assert!(solved * f64::from(ready.min(partitions)) >= completed * (1.0 - 1e-9));
+            }
+        }
+
         #[test]
         fn an_unsaturated_rate_never_lowers_a_measurement(
             measured in 1.0..1e4f64,

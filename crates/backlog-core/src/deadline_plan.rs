@@ -66,6 +66,9 @@ pub struct PlanInputs<'a> {
     pub down_waits: &'a [f64],
     /// `per_replica_rate` is only a lower bound: the consumers were never seen saturated.
     pub capacity_is_lower_bound: bool,
+    /// The backlog rose since the previous decision: some consumers are saturated, and the
+    /// bound is what they complete, not an idle group's.
+    pub backlog_rising: bool,
     /// How long fewer replicas must run, saturated, before their completions are a
     /// measurement (pods, rebalance, the rate window settling, a poll to see it).
     pub measurement_seconds: f64,
@@ -298,6 +301,7 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
     // Idle: little waits, and the ready replicas complete λ at the bound (the bound is their
     // completions per replica: below λ, they are falling behind, so saturated already).
     let idle = lambda > 0.0
+        && !inputs.backlog_rising
         && inputs.queue.backlog <= lambda * settings.poll
         && f64::from(inputs.ready) * inputs.per_replica_rate >= KEEPS_UP_SHARE * lambda;
     // A probe costs two changes, so it is how a budget starts, not something it does at a

@@ -328,6 +328,8 @@ struct Values {
     /// Work waits and the replicas changed too lately for the completion rate to show what
     /// the new count completes: the capacity that chose it is not confirmed yet.
     awaiting_measurement: bool,
+    /// The backlog rose since the previous poll.
+    backlog_rising: bool,
 }
 
 /// What one poll's queries gave: the validated values, or what is missing.
@@ -498,6 +500,10 @@ fn gather(
     };
     let busiest_consumer_shares =
         partitions.map_or(f64::from(ready), |p| group_capacity(ready, p, 1.0));
+    let backlog_rising = memory
+        .previous
+        .zip(backlog)
+        .is_some_and(|(previous, waiting)| waiting > previous.backlog);
     // A busiest consumer falling behind by a share f since the replicas last changed holds an
     // event at least f × that time old, while the others draining what a rebalance left can
     // lift the group's completions to λ: only an age within the keep-up tolerance of that
@@ -524,6 +530,9 @@ fn gather(
             completed_while_busy,
             ready_replicas: ready,
             busiest_consumer_shares,
+            arrivals: produce_rate.filter(|_| config.produce_rate_configured),
+            partitions,
+            falling_behind: backlog_rising,
             keeping_up,
             saturated,
             settled,
@@ -644,6 +653,7 @@ fn gather(
                 capacity_measured: capacity.and_then(|c| c.measured),
                 busy_since,
                 awaiting_measurement: busy && changed_lately,
+                backlog_rising,
                 used: used.clone(),
             })
         }
@@ -883,6 +893,7 @@ fn scale(
             economy_allowed: economy::allowed(&memory.economy, config.economy_dwell_seconds, now),
             down_waits: &down_waits,
             capacity_is_lower_bound: values.used.per_replica_rate_is_lower_bound(),
+            backlog_rising: values.backlog_rising,
             measurement_seconds,
             probed_seconds_ago: memory.probed_at.map(|at| seconds_between(at, now)),
             changed_seconds_ago: memory.last_change_at.map(|at| seconds_between(at, now)),

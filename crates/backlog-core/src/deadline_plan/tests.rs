@@ -65,6 +65,7 @@ fn inputs<'a>(
         economy_allowed: true,
         down_waits: &[],
         capacity_is_lower_bound: false,
+        backlog_rising: false,
         measurement_seconds: 0.0,
         probed_seconds_ago: None,
         changed_seconds_ago: None,
@@ -373,6 +374,11 @@ fn idle_consumers_with_only_a_lower_bound_try_fewer_replicas() {
         oldest_age: 60.0,
     };
     assert_ne!(plan(&busy, &settings()).reason, PlanReason::Probe);
+    // A backlog that rose since the last decision, however small: some consumers are
+    // saturated, and the bound is what they complete; there is nothing to learn.
+    let mut rising = idle;
+    rising.backlog_rising = true;
+    assert_ne!(plan(&rising, &settings()).reason, PlanReason::Probe);
     // A deadline that leaves no room at the bound: no probe either.
     let tight = PlanSettings {
         age_limit: 20.0,
