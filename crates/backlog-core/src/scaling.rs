@@ -1221,21 +1221,24 @@ fn explain(
 ) -> String {
     let lambda = values.produce_rate;
     let rate = values.per_replica_rate;
-    if undrainable {
-        return format!(
-            "λ {}/s is at or above the most {cap} replicas can complete ({cap} × {}/s = {}/s): the backlog can never catch up; add partitions or speed up the consumer",
+    // The claim comes first; what the plan does meanwhile follows, since it may rightly hold
+    // fewer than the cap through a peak it expects to pass.
+    let undrainable = undrainable.then(|| {
+        format!(
+            "λ {}/s is at or above the most {cap} replicas can complete ({cap} × {}/s = {}/s): the backlog can never catch up at this rate; add partitions or speed up the consumer. ",
             si(lambda),
             si(rate),
             si(f64::from(cap) * rate)
-        );
-    }
+        )
+    });
     let source = match values.used.capacity_source {
         Some(CapacitySource::Measured) => " (measured while saturated)",
         Some(CapacitySource::Prior) => " (lower bound: the consumers were never saturated)",
         _ => "",
     };
     let mut text = format!(
-        "backlog {}, λ {}/s{}, μ/replica {}/s{}",
+        "{}backlog {}, λ {}/s{}, μ/replica {}/s{}",
+        undrainable.unwrap_or_default(),
         si(values.scaling_backlog),
         si(lambda),
         if values.used.produce_rate_estimated {
@@ -1256,6 +1259,11 @@ fn explain(
     let behind = match planned.keep_up {
         Some(keep_up) if planned.falls_behind => format!(
             "{n} complete {}/s, less than λ: the backlog grows while the oldest age stays below {limit} with {keep_up} from the next decision (predicted peak {peak})",
+            si(values.partition_capacity(n, usable_rate))
+        ),
+        // No count keeps up: the plan bets on λ passing, as long as it has lasted so far.
+        None if planned.falls_behind => format!(
+            "{n} complete {}/s, less than λ, and no count keeps up: the oldest age stays below {limit} if λ lasts about as long as it has so far (should it stay, the oldest age would reach {peak})",
             si(values.partition_capacity(n, usable_rate))
         ),
         _ => String::new(),

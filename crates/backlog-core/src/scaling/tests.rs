@@ -137,6 +137,12 @@ fn undrainable_when_the_cap_cannot_outpace_arrivals() {
         "{}",
         d.explanation
     );
+    // And what the budget does meanwhile, in the words of any other decision.
+    assert!(
+        d.explanation.contains("→ ") && d.explanation.contains("μ/replica"),
+        "{}",
+        d.explanation
+    );
     assert_eq!(d.drain_time_seconds, None);
 }
 
