@@ -207,6 +207,34 @@ fn simulation_is_deterministic() {
     );
 }
 
+#[test]
+fn every_scale_change_is_listed_with_its_reason() {
+    for model in scenarios() {
+        for kind in [PolicyKind::Budget, PolicyKind::LagThreshold] {
+            let result = simulate(&model, kind);
+            assert_eq!(
+                result.changes.len(),
+                result.summary.scale_events as usize,
+                "{}: {kind:?}",
+                model.name
+            );
+            let mut replicas = model.initial_replicas;
+            for change in &result.changes {
+                assert_eq!(change.from, replicas, "{}: {change:?}", model.name);
+                assert_ne!(change.to, change.from, "{}: {change:?}", model.name);
+                assert!(!change.reason.is_empty(), "{}: {change:?}", model.name);
+                replicas = change.to;
+            }
+            // The budget says why in its own words: the explanation it writes to status.
+            if kind == PolicyKind::Budget {
+                for change in &result.changes {
+                    assert!(change.reason.contains(" → "), "{}: {change:?}", model.name);
+                }
+            }
+        }
+    }
+}
+
 /// The model run on for `deadlines` deadlines past its end at the run's average load.
 fn going_on(model: &Model, deadlines: f64) -> Model {
     let seconds = model.duration.floor() as usize;

@@ -98,6 +98,19 @@ pub fn table(result: &SimulationResult) -> String {
     }
     out.push('\n');
     out.push_str(&summary_lines(&result.summary));
+    if !result.changes.is_empty() {
+        let _ = writeln!(out, "\n  scale changes:");
+        for change in &result.changes {
+            let _ = writeln!(
+                out,
+                "  {:>8}  {} → {}  {}",
+                seconds(change.t),
+                change.from,
+                change.to,
+                change.reason
+            );
+        }
+    }
     out
 }
 

@@ -57,6 +57,8 @@ pub struct Outcome {
     pub label: String,
     /// The drain time the policy predicts (what the budget writes to status), if it has one.
     pub predicted_drain_seconds: Option<f64>,
+    /// Why, in the policy's words (the budget's explanation), where the label does not say.
+    pub explanation: Option<String>,
 }
 
 pub trait Policy {
@@ -99,6 +101,7 @@ impl Policy for ConstantPolicy<'_> {
             replicas: self.replicas,
             label: format!("Static {}", self.replicas),
             predicted_drain_seconds: None,
+            explanation: None,
         }
     }
 }
@@ -143,6 +146,7 @@ impl Policy for BudgetPolicy<'_> {
             replicas: decision.desired,
             label: format!("{:?}", decision.phase),
             predicted_drain_seconds: decision.drain_time_seconds,
+            explanation: Some(decision.explanation),
         }
     }
 }
@@ -212,6 +216,7 @@ impl Policy for LagThresholdPolicy<'_> {
             replicas,
             label: format!("lag {:.0} / {:.0}", lag, self.threshold),
             predicted_drain_seconds: None,
+            explanation: None,
         }
     }
 }
@@ -231,6 +236,7 @@ impl Policy for MaxPolicy<'_> {
             replicas: self.model.budget.max_replicas.min(self.model.partitions),
             label: "Max".to_owned(),
             predicted_drain_seconds: None,
+            explanation: None,
         }
     }
 }

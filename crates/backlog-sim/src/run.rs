@@ -63,6 +63,19 @@ pub struct Summary {
 pub struct SimulationResult {
     pub summary: Summary,
     pub timeline: Vec<TimelineRow>,
+    /// Every change of spec.replicas, with why the policy made it.
+    pub changes: Vec<ScaleChangeRow>,
+}
+
+/// One change of spec.replicas: what the budget would announce as an Event.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleChangeRow {
+    pub t: f64,
+    pub from: u32,
+    pub to: u32,
+    /// The budget's explanation; the other policies' label.
+    pub reason: String,
 }
 
 /// Seconds of arrivals below which a backlog counts as drained.
@@ -104,6 +117,7 @@ pub(crate) fn run_policy(
     let mut peak = (0.0, 0.0);
     let mut drained_after_peak: Option<f64> = Some(0.0);
     let mut peak_replicas = workload.replicas();
+    let mut changes = Vec::new();
 
     while workload.now < model.duration {
         let now = workload.now;
@@ -140,6 +154,12 @@ pub(crate) fn run_policy(
                 replicas: workload.replicas(),
             });
             if outcome.replicas != workload.replicas() {
+                changes.push(ScaleChangeRow {
+                    t: now,
+                    from: workload.replicas(),
+                    to: outcome.replicas,
+                    reason: outcome.explanation.unwrap_or_else(|| outcome.label.clone()),
+                });
                 workload.scale_to(outcome.replicas);
                 scale_events += 1;
             }
@@ -191,5 +211,9 @@ pub(crate) fn run_policy(
         latency_p99_seconds: workload.latencies.quantile(0.99),
         lag_threshold: (kind == PolicyKind::LagThreshold).then_some(model.lag_threshold),
     };
-    SimulationResult { summary, timeline }
+    SimulationResult {
+        summary,
+        timeline,
+        changes,
+    }
 }

@@ -65,6 +65,7 @@ impl Policy for Replay {
             replicas,
             label: format!("{} {replicas}", self.label),
             predicted_drain_seconds: None,
+            explanation: None,
         }
     }
 }
