@@ -70,7 +70,7 @@ pub struct CapacityEvidence {
     pub partitions: Option<u32>,
     /// The backlog rose since the previous poll: the group completes less than arrives, so
     /// a completion rate below the arrivals is not a window's noise.
-    pub falling_behind: bool,
+    pub backlog_rising: bool,
     /// The group completes what arrives and little waits: only then is the busiest
     /// consumer known to keep up with its partitions (saturated, every consumer completes
     /// the same, and the busiest share would overstate it).
@@ -238,7 +238,7 @@ pub fn estimate(
         // are saturated and the others complete their share, so the average understates
         // what one replica does. Only a bound still: averaged over a window in which λ moved,
         // the rate solved reads low.
-        (Some(average), Some(rate)) if evidence.settled && evidence.falling_behind => Some(
+        (Some(average), Some(rate)) if evidence.settled && evidence.backlog_rising => Some(
             evidence
                 .arrivals
                 .zip(evidence.partitions)
@@ -314,7 +314,8 @@ pub fn partly_saturated_rate(
     let lighter = owners - busiest;
     let lighter_load = f64::from(fewer) * per_partition;
     // Everyone saturated (the completions are below what the lighter consumers alone are
-    // given): all complete the same.
+    // given): all complete the same. (With no busiest consumer that is always so; the
+    // second test only keeps the division below defined.)
     if completed <= f64::from(owners) * lighter_load || busiest == 0 {
         return Some(completed / f64::from(owners));
     }
@@ -339,7 +340,7 @@ mod tests {
             busiest_consumer_shares: f64::from(ready),
             arrivals: None,
             partitions: None,
-            falling_behind: false,
+            backlog_rising: false,
             keeping_up: false,
             saturated,
             settled: true,
@@ -606,7 +607,7 @@ mod tests {
         (behind.arrivals, behind.partitions) = (Some(840.0), Some(12));
         let bound = estimate(behind, None, at(0)).expect("estimate");
         assert_eq!(bound.per_replica_rate, 154.4);
-        behind.falling_behind = true;
+        behind.backlog_rising = true;
         let bound = estimate(behind, None, at(0)).expect("estimate");
         assert!((bound.per_replica_rate - 176.0).abs() < 1e-9, "{bound:?}");
         assert!(bound.is_lower_bound());

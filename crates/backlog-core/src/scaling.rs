@@ -532,7 +532,7 @@ fn gather(
             busiest_consumer_shares,
             arrivals: produce_rate.filter(|_| config.produce_rate_configured),
             partitions,
-            falling_behind: backlog_rising,
+            backlog_rising,
             keeping_up,
             saturated,
             settled,
