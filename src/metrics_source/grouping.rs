@@ -73,21 +73,34 @@ const LABEL_CHANGING: &[&str] = &[
 
 /// The grouped form of `expression` by `label`, or why there is none.
 pub fn group(expression: &str, label: &str) -> Result<Grouped, NotGroupable> {
+    let (shared, value) = rewritten(expression, label)?;
+    if !reads_back_the_same(&shared) {
+        return Err(NotGroupable::NotFaithful);
+    }
+    Ok(Grouped {
+        shared: shared.into(),
+        value,
+    })
+}
+
+/// The printed grouped form of `expression` by `label` and its value of the label, before
+/// the check that the printed form reads back the same ([`reads_back_the_same`]): a check
+/// that depends on the shared form alone, so it is made once per shared form, not per
+/// expression.
+pub fn rewritten(expression: &str, label: &str) -> Result<(String, Box<str>), NotGroupable> {
     let mut expr = parser::parse(expression).map_err(NotGroupable::Unparsable)?;
     let mut value = None;
     rewrite(&mut expr, label, &mut value)?;
     let value = value.ok_or_else(|| NotGroupable::NoMatcher {
         label: label.to_owned(),
     })?;
-    let shared = expr.to_string();
-    // What is sent is the printed form: it must parse back to what prints the same.
-    match parser::parse(&shared) {
-        Ok(back) if back.to_string() == shared => Ok(Grouped {
-            shared: shared.into(),
-            value: value.into_boxed_str(),
-        }),
-        _ => Err(NotGroupable::NotFaithful),
-    }
+    Ok((expr.to_string(), value.into_boxed_str()))
+}
+
+/// Whether a printed grouped form parses back to what prints the same: what is sent is the
+/// printed form.
+pub fn reads_back_the_same(shared: &str) -> bool {
+    matches!(parser::parse(shared), Ok(back) if back.to_string() == shared)
 }
 
 fn rewrite(expr: &mut Expr, label: &str, value: &mut Option<String>) -> Result<(), NotGroupable> {

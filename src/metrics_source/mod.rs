@@ -6,7 +6,7 @@ pub mod grouping;
 pub mod prometheus;
 pub mod wake;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -88,29 +88,6 @@ pub struct Asking<'a> {
 /// An expression's grouped form, or why it has none.
 pub type Grouping = Result<Grouped, Arc<NotGroupable>>;
 
-/// Whether an expression can share a grouped evaluation, with when it was last asked (seconds
-/// after the cache began). Held as they are, not behind a pointer each: there are three per
-/// budget.
-type Groupings = HashMap<GroupingKey, (u32, Grouping)>;
-
-/// A grouping's key: a digest of its label and expression instead of their text, which at
-/// thousands of budgets (every budget's expressions differ in a label value) was most of this
-/// cache. SHA-256, so no budget can write an expression that takes another's key.
-type GroupingKey = [u8; 16];
-
-fn grouping_key(label: &str, expression: &str) -> GroupingKey {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::new()
-        .chain_update((label.len() as u64).to_le_bytes())
-        .chain_update(label)
-        .chain_update(expression)
-        .finalize();
-    let mut key = GroupingKey::default();
-    let length = key.len();
-    key.copy_from_slice(&digest[..length]);
-    key
-}
-
 /// Observer of query latencies (the operator's own metrics).
 pub trait QueryObserver: Send + Sync {
     fn observe(&self, seconds: f64, failed: bool);
@@ -122,14 +99,14 @@ struct Answers {
     entries: HashMap<(String, String), Entry<Observation>>,
     /// Grouped evaluations by (server, shared expression).
     grouped: HashMap<(String, String), Entry<Groups>>,
-    /// Each (label, expression)'s grouped form: parsing is dearer than a lookup.
-    groupings: Groupings,
-    /// The shared expressions of `groupings`, each held once however many budgets share it.
-    shared_texts: HashSet<Arc<str>>,
+    /// The shared forms that read back the same ([`grouping::reads_back_the_same`]), each
+    /// held once however many budgets share it, with when it was last asked (seconds after
+    /// the cache began).
+    shared_texts: HashMap<Arc<str>, u32>,
     /// Who reads which value of each grouped answer.
     interested: Interested,
     swept: Instant,
-    /// When the cache began: the groupings' times count from it.
+    /// When the cache began: the shared forms' times count from it.
     started: Instant,
 }
 
@@ -137,6 +114,17 @@ impl Answers {
     /// Seconds since the cache began.
     fn clock(&self) -> u32 {
         u32::try_from(self.started.elapsed().as_secs()).unwrap_or(u32::MAX)
+    }
+
+    /// The one copy of `shared`, marked as asked now, if it is known to read back the same.
+    fn remember_shared(&mut self, shared: &str) -> Option<Arc<str>> {
+        let now = self.clock();
+        let (known, asked) = self.shared_texts.get_key_value(shared)?;
+        let known = Arc::clone(known);
+        if *asked != now {
+            self.shared_texts.insert(Arc::clone(&known), now);
+        }
+        Some(known)
     }
 }
 
@@ -177,8 +165,7 @@ impl MetricsSource {
             answers: Mutex::new(Answers {
                 entries: HashMap::new(),
                 grouped: HashMap::new(),
-                groupings: HashMap::new(),
-                shared_texts: HashSet::new(),
+                shared_texts: HashMap::new(),
                 interested: Interested::default(),
                 swept: Instant::now(),
                 started: Instant::now(),
@@ -279,7 +266,7 @@ impl MetricsSource {
             let mut answers = self.answers();
             answers
                 .interested
-                .note(address, &grouped.shared, &grouped.value, asking.asker);
+                .note(address, label, &grouped.value, asking.asker);
             current(&mut answers.grouped, address, &grouped.shared, asking.every)
         };
         let groups = answer
@@ -295,7 +282,7 @@ impl MetricsSource {
                 };
                 self.observed(started, groups.is_err());
                 if let Some(previous) = previous.as_ref().and_then(|p| p.get()) {
-                    self.wake_changed(address, &grouped.shared, previous, &groups, asking.asker);
+                    self.wake_changed(address, label, previous, &groups, asking.asker);
                 }
                 groups
             })
@@ -304,7 +291,7 @@ impl MetricsSource {
             // No series of this value is missing data, as an empty answer of its own would be.
             Ok(groups) => Observation::Samples(
                 groups
-                    .get(&*grouped.value)
+                    .get(&grouped.value)
                     .map(wake::Samples::to_vec)
                     .unwrap_or_default(),
             ),
@@ -312,12 +299,12 @@ impl MetricsSource {
         }
     }
 
-    /// Wakes the askers of the values a renewed grouped answer changed, but `renewed_by`, who
-    /// reads it now.
+    /// Wakes the askers of the values a renewed answer grouped by `label` changed, but
+    /// `renewed_by`, who reads it now.
     fn wake_changed(
         &self,
         address: &str,
-        shared: &str,
+        label: &str,
         previous: &Groups,
         next: &Groups,
         renewed_by: &str,
@@ -329,31 +316,39 @@ impl MetricsSource {
         let askers = self
             .answers()
             .interested
-            .askers_of(address, shared, values.as_deref());
+            .askers_of(address, label, values.as_deref());
         for asker in askers.into_iter().filter(|asker| asker != renewed_by) {
             // Nobody listening (no budget controller) is fine.
             let _ = self.wakes.send(asker);
         }
     }
 
-    /// Whether `expression` can share a grouped evaluation by `label`, remembered.
+    /// Whether `expression` can share a grouped evaluation by `label`.
+    ///
+    /// Worked out at each ask, not remembered per expression: every budget's expressions
+    /// differ in a label value, so such a cache held three entries a budget (about 330 bytes
+    /// at thousands of budgets) to spare a parse of a few microseconds a query. Only the
+    /// shared forms are remembered, with the check that they read back the same.
     pub fn grouping(&self, expression: &str, label: &str) -> Grouping {
+        let (shared, value) = grouping::rewritten(expression, label).map_err(Arc::new)?;
+        if let Some(known) = self.answers().remember_shared(&shared) {
+            return Ok(Grouped {
+                shared: known,
+                value,
+            });
+        }
+        if !grouping::reads_back_the_same(&shared) {
+            return Err(Arc::new(NotGroupable::NotFaithful));
+        }
         let mut answers = self.answers();
         let now = answers.clock();
-        let key = grouping_key(label, expression);
-        if let Some((asked, grouping)) = answers.groupings.get_mut(&key) {
-            *asked = now;
-            return grouping.clone();
-        }
-        let grouping = match grouping::group(expression, label) {
-            Ok(grouped) => Ok(Grouped {
-                shared: intern(&mut answers.shared_texts, grouped.shared),
-                value: grouped.value,
-            }),
-            Err(why) => Err(Arc::new(why)),
+        let shared: Arc<str> = shared.into();
+        let shared = match answers.shared_texts.get_key_value(&shared) {
+            Some((known, _)) => Arc::clone(known),
+            None => shared,
         };
-        answers.groupings.insert(key, (now, grouping.clone()));
-        grouping
+        answers.shared_texts.insert(Arc::clone(&shared), now);
+        Ok(Grouped { shared, value })
     }
 
     fn observed(&self, started: Instant, failed: bool) {
@@ -467,12 +462,8 @@ impl MetricsSource {
             let now = answers.clock();
             let forget_after = u32::try_from(FORGET_AFTER.as_secs()).unwrap_or(u32::MAX);
             answers
-                .groupings
-                .retain(|_, (asked, _)| now.saturating_sub(*asked) < forget_after);
-            // A text only this set still holds belongs to no grouping any more.
-            answers
                 .shared_texts
-                .retain(|text| Arc::strong_count(text) > 1);
+                .retain(|_, asked| now.saturating_sub(*asked) < forget_after);
             answers.interested.forget_older_than(FORGET_AFTER);
             answers.swept = Instant::now();
         }
@@ -501,17 +492,6 @@ fn current<T>(
                 },
             );
             (answer, replaced.map(|entry| entry.answer))
-        }
-    }
-}
-
-/// The one copy of `text` in `texts`.
-fn intern(texts: &mut HashSet<Arc<str>>, text: Arc<str>) -> Arc<str> {
-    match texts.get(&text) {
-        Some(known) => Arc::clone(known),
-        None => {
-            texts.insert(Arc::clone(&text));
-            text
         }
     }
 }

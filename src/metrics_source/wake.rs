@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A grouped answer's samples by value of the group label, or why there is none.
-pub type Groups = Result<HashMap<Box<str>, Samples>, String>;
+pub type Groups = Result<ByValue, String>;
 
 /// One value's samples in a grouped answer: almost always one, held as it is (an answer is
 /// kept for a poll, three answers of every budget's value at thousands of budgets).
@@ -49,40 +49,66 @@ impl Samples {
     }
 }
 
-/// A grouped answer's samples by value.
-pub fn by_value(series: Vec<(String, f64)>) -> HashMap<Box<str>, Samples> {
-    let mut groups: HashMap<Box<str>, Samples> = HashMap::with_capacity(series.len());
+/// A grouped answer's samples by value, sorted by value: looked up by binary search, and
+/// without the empty buckets of a hash map (a map's table is up to twice the entries).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ByValue(Box<[(Box<str>, Samples)]>);
+
+impl ByValue {
+    pub fn get(&self, value: &str) -> Option<&Samples> {
+        let at = self.0.binary_search_by(|(v, _)| (**v).cmp(value)).ok()?;
+        self.0.get(at).map(|(_, samples)| samples)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A grouped answer's samples by value, each value's samples in the order of the answer.
+pub fn by_value(mut series: Vec<(String, f64)>) -> ByValue {
+    // Stable: a value's samples keep their order.
+    series.sort_by(|(a, _), (b, _)| a.cmp(b));
+    let mut groups: Vec<(Box<str>, Samples)> = Vec::with_capacity(series.len());
     for (value, sample) in series {
-        match groups.get_mut(value.as_str()) {
-            None => {
-                groups.insert(value.into_boxed_str(), Samples::One(sample));
-            }
-            Some(samples) => {
+        match groups.last_mut() {
+            Some((last, samples)) if **last == *value => {
                 let mut all = samples.to_vec();
                 all.push(sample);
                 *samples = Samples::Many(all.into_boxed_slice());
             }
+            _ => groups.push((value.into_boxed_str(), Samples::One(sample))),
         }
     }
-    groups.shrink_to_fit();
-    groups
+    ByValue(groups.into_boxed_slice())
 }
 
-/// The askers of each value of each grouped answer, by (server, shared expression), with when
-/// each last asked (askers that stopped asking are forgotten).
+/// The askers of each value of a group label, by (server, label), with when each last asked
+/// (askers that stopped asking are forgotten).
+///
+/// Kept by label, not by grouped expression: a budget reads the same value of each of its
+/// grouped queries, and all of them group by its one `metrics.groupBy` label, so one entry
+/// per budget stands for all of its answers instead of one per answer. A renewed answer then
+/// also wakes an asker of the same value that reads another expression grouped by the same
+/// label: a poll of that budget sooner than due, never a missed one.
 #[derive(Default)]
 pub struct Interested {
     askers: HashMap<(String, String), HashMap<Box<str>, Askers>>,
-    /// Each asker's name once, however many values of however many answers it reads (a
-    /// budget reads one value of each of its grouped queries).
+    /// Each asker's name once, however many values it reads.
     names: HashSet<Arc<str>>,
+    /// When the askers began: their times count from it, in seconds.
+    started: Option<Instant>,
 }
 
-/// One asker of a value, and when it last asked.
+/// One asker of a value, and when it last asked (seconds after [`Interested::started`]).
 #[derive(Debug)]
 struct Asker {
     name: Arc<str>,
-    asked: Instant,
+    asked: u32,
 }
 
 /// The askers of one value: almost always one budget, so it is held as it is, without a list
@@ -101,8 +127,7 @@ impl Askers {
         }
     }
 
-    fn note(&mut self, name: &str, intern: impl FnOnce() -> Arc<str>) {
-        let now = Instant::now();
+    fn note(&mut self, name: &str, now: u32, intern: impl FnOnce() -> Arc<str>) {
         match self {
             Askers::One(asker) if &*asker.name == name => asker.asked = now,
             Askers::Many(askers) => match askers.iter_mut().find(|a| &*a.name == name) {
@@ -127,12 +152,12 @@ impl Askers {
         }
     }
 
-    /// Keeps the askers that asked within `age`; false when none is left.
-    fn retain_younger_than(&mut self, age: Duration) -> bool {
+    /// Keeps the askers that asked after `since`; false when none is left.
+    fn retain_asked_after(&mut self, since: u32) -> bool {
         match self {
-            Askers::One(asker) => asker.asked.elapsed() < age,
+            Askers::One(asker) => asker.asked > since,
             Askers::Many(askers) => {
-                askers.retain(|asker| asker.asked.elapsed() < age);
+                askers.retain(|asker| asker.asked > since);
                 !askers.is_empty()
             }
         }
@@ -151,27 +176,42 @@ fn intern(names: &mut HashSet<Arc<str>>, name: &str) -> Arc<str> {
 }
 
 impl Interested {
-    /// `asker` reads `value` of the grouped answer `(address, shared)`.
-    pub fn note(&mut self, address: &str, shared: &str, value: &str, asker: &str) {
-        let key = (address.to_owned(), shared.to_owned());
-        let values = self.askers.entry(key).or_default();
+    /// Seconds since the first asker, counting from 1 (0 is before any).
+    fn clock(&mut self) -> u32 {
+        let started = *self.started.get_or_insert_with(Instant::now);
+        u32::try_from(started.elapsed().as_secs())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1)
+    }
+
+    /// `asker` reads `value` of an answer from `address` grouped by `label`.
+    pub fn note(&mut self, address: &str, label: &str, value: &str, asker: &str) {
+        let now = self.clock();
+        // Looked up before inserting: the steady case allocates nothing.
+        let values = match self.askers.get_mut(&(address.to_owned(), label.to_owned())) {
+            Some(values) => values,
+            None => self
+                .askers
+                .entry((address.to_owned(), label.to_owned()))
+                .or_default(),
+        };
         let names = &mut self.names;
-        // Looked up before inserting: the steady case allocates nothing more.
         match values.get_mut(value) {
-            Some(askers) => askers.note(asker, || intern(names, asker)),
+            Some(askers) => askers.note(asker, now, || intern(names, asker)),
             None => {
                 let first = Asker {
                     name: intern(names, asker),
-                    asked: Instant::now(),
+                    asked: now,
                 };
                 values.insert(value.into(), Askers::One(first));
             }
         }
     }
 
-    /// The askers of `values` (every value when `None`) of `(address, shared)`.
-    pub fn askers_of(&self, address: &str, shared: &str, values: Option<&[String]>) -> Vec<String> {
-        let Some(by_value) = self.askers.get(&(address.to_owned(), shared.to_owned())) else {
+    /// The askers of `values` (every value when `None`) of answers from `address` grouped by
+    /// `label`.
+    pub fn askers_of(&self, address: &str, label: &str, values: Option<&[String]>) -> Vec<String> {
+        let Some(by_value) = self.askers.get(&(address.to_owned(), label.to_owned())) else {
             return Vec::new();
         };
         let mut askers = HashSet::new();
@@ -195,12 +235,17 @@ impl Interested {
 
     /// Forgets askers that have not asked for `age`.
     pub fn forget_older_than(&mut self, age: Duration) {
+        let age = u32::try_from(age.as_secs()).unwrap_or(u32::MAX);
+        let since = self.clock().saturating_sub(age);
         for values in self.askers.values_mut() {
-            values.retain(|_, askers| askers.retain_younger_than(age));
+            values.retain(|_, askers| askers.retain_asked_after(since));
+            // The room a start's burst of askers left goes back.
+            values.shrink_to_fit();
         }
         self.askers.retain(|_, values| !values.is_empty());
         // A name only the set still holds is no asker's any more.
         self.names.retain(|name| Arc::strong_count(name) > 1);
+        self.names.shrink_to_fit();
     }
 }
 
@@ -211,9 +256,11 @@ pub fn changed(previous: &Groups, next: &Groups) -> Option<Vec<String>> {
     match (previous, next) {
         (Ok(previous), Ok(next)) => {
             let mut values: Vec<String> = previous
-                .keys()
-                .chain(next.keys())
-                .filter(|value| previous.get(*value) != next.get(*value))
+                .0
+                .iter()
+                .chain(next.0.iter())
+                .map(|(value, _)| value)
+                .filter(|value| previous.get(value) != next.get(value))
                 .map(|value| value.to_string())
                 .collect();
             values.sort();
@@ -246,9 +293,31 @@ mod tests {
             ("orders".into(), 3.0),
             ("orders".into(), 4.0),
         ]);
-        assert_eq!(groups["orders"].to_vec(), [1.0, 3.0, 4.0]);
-        assert_eq!(groups["billing"], Samples::One(2.0));
+        assert_eq!(
+            groups.get("orders").map(Samples::to_vec),
+            Some(vec![1.0, 3.0, 4.0])
+        );
+        assert_eq!(groups.get("billing"), Some(&Samples::One(2.0)));
+        assert_eq!(groups.get("shipping"), None);
         assert_eq!(groups.len(), 2);
+    }
+
+    #[test]
+    fn every_value_is_found_whatever_the_order_of_the_answer() {
+        let values = ["b", "a", "", "é", "a-1", "A", "b"];
+        let groups = by_value(
+            values
+                .iter()
+                .enumerate()
+                .map(|(at, value)| ((*value).to_owned(), at as f64))
+                .collect(),
+        );
+        assert_eq!(groups.len(), 6);
+        assert_eq!(groups.get("b").map(Samples::to_vec), Some(vec![0.0, 6.0]));
+        for (at, value) in values.iter().enumerate().filter(|(_, v)| **v != "b") {
+            assert_eq!(groups.get(value), Some(&Samples::One(at as f64)), "{value}");
+        }
+        assert!(by_value(Vec::new()).is_empty());
     }
 
     #[test]
@@ -274,32 +343,29 @@ mod tests {
     #[test]
     fn askers_are_found_by_value_and_forgotten_when_they_stop() {
         let mut interested = Interested::default();
-        interested.note("p", "sum by (g) (lag)", "orders", "shop/orders");
-        interested.note("p", "sum by (g) (lag)", "orders", "shop/orders-copy");
-        interested.note("p", "sum by (g) (lag)", "billing", "shop/billing");
-        let mut orders = interested.askers_of("p", "sum by (g) (lag)", Some(&["orders".into()]));
+        interested.note("p", "g", "orders", "shop/orders");
+        interested.note("p", "g", "orders", "shop/orders-copy");
+        interested.note("p", "g", "billing", "shop/billing");
+        let mut orders = interested.askers_of("p", "g", Some(&["orders".into()]));
         orders.sort();
         assert_eq!(orders, ["shop/orders", "shop/orders-copy"]);
-        assert_eq!(interested.askers_of("p", "sum by (g) (lag)", None).len(), 3);
-        assert!(
-            interested
-                .askers_of("q", "sum by (g) (lag)", None)
-                .is_empty()
-        );
-        // One name per asker, however many answers it reads.
-        interested.note("p", "max by (g) (age)", "orders", "shop/orders");
-        interested.note("p", "sum by (g) (lag)", "orders", "shop/orders");
+        assert_eq!(interested.askers_of("p", "g", None).len(), 3);
+        assert!(interested.askers_of("q", "g", None).is_empty());
+        assert!(interested.askers_of("p", "h", None).is_empty());
+        // One entry and one name per asker, however many answers grouped by its label it reads.
+        interested.note("p", "g", "orders", "shop/orders");
+        interested.note("p", "h", "orders", "shop/orders");
         assert_eq!(interested.names.len(), 3);
+        assert_eq!(interested.askers_of("p", "g", None).len(), 3);
         assert_eq!(
-            interested.askers_of("p", "max by (g) (age)", Some(&["orders".into()])),
+            interested.askers_of("p", "h", Some(&["orders".into()])),
             ["shop/orders"]
         );
+        // Asked within the age: kept.
+        interested.forget_older_than(Duration::from_secs(600));
+        assert_eq!(interested.askers_of("p", "g", None).len(), 3);
         interested.forget_older_than(Duration::ZERO);
-        assert!(
-            interested
-                .askers_of("p", "sum by (g) (lag)", None)
-                .is_empty()
-        );
+        assert!(interested.askers_of("p", "g", None).is_empty());
         assert!(interested.names.is_empty());
     }
 }
