@@ -1,8 +1,9 @@
 //! The operator's own telemetry: Prometheus metrics about its reconciles, budgets and queries,
 //! and `tracing` logs (JSON in a cluster, readable text on a terminal).
 
+mod budget_series;
+
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::{EncodeLabelSet, text::encode};
 use prometheus_client::metrics::counter::Counter;
@@ -25,30 +26,14 @@ pub struct ErrorLabels {
     pub error: String,
 }
 
-/// A budget's series' labels. Shared texts: a budget has a series in three families, and
-/// each keeps its own copy of the labels (one allocation each, at thousands of budgets).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BudgetLabels {
-    pub namespace: Arc<str>,
-    pub name: Arc<str>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PhaseLabels {
-    pub namespace: Arc<str>,
-    pub name: Arc<str>,
-    pub phase: String,
-}
-
 /// Everything the operator exports on `/metrics`.
 pub struct Metrics {
     registry: Registry,
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
-    pub budget_phase: Family<PhaseLabels, Gauge>,
-    pub desired_replicas: Family<BudgetLabels, Gauge>,
-    pub drain_time_seconds: Family<BudgetLabels, Gauge<f64, AtomicU64>>,
+    /// Each budget's phase, desired replicas and drain time.
+    budgets: Arc<budget_series::BudgetSeries>,
     pub query_duration: Histogram,
     /// API requests that waited for the client-side rate limit, and how long.
     pub api_throttled: Counter,
@@ -68,9 +53,7 @@ impl Default for Metrics {
             Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.005, 2.0, 12))
             });
-        let budget_phase = Family::<PhaseLabels, Gauge>::default();
-        let desired_replicas = Family::<BudgetLabels, Gauge>::default();
-        let drain_time_seconds = Family::<BudgetLabels, Gauge<f64, AtomicU64>>::default();
+        let budgets = Arc::new(budget_series::BudgetSeries::default());
         let query_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let query_failures = Counter::default();
         let api_throttled = Counter::default();
@@ -88,21 +71,7 @@ impl Default for Metrics {
             "Time spent in one reconcile",
             reconcile_duration.clone(),
         );
-        registry.register(
-            "budget_phase",
-            "1, labelled with the phase each BacklogBudget is in (one series per budget)",
-            budget_phase.clone(),
-        );
-        registry.register(
-            "budget_desired_replicas",
-            "Replicas the budget wants for its workload",
-            desired_replicas.clone(),
-        );
-        registry.register(
-            "budget_drain_time_seconds",
-            "Predicted seconds to drain the backlog (NaN when it cannot drain)",
-            drain_time_seconds.clone(),
-        );
+        registry.register_collector(Box::new(Arc::clone(&budgets)));
         registry.register(
             "prometheus_query_duration_seconds",
             "Latency of the PromQL queries the operator evaluates",
@@ -138,9 +107,7 @@ impl Default for Metrics {
             reconciles,
             reconcile_errors,
             reconcile_duration,
-            budget_phase,
-            desired_replicas,
-            drain_time_seconds,
+            budgets,
             query_duration,
             query_failures,
             api_throttled,
@@ -185,41 +152,19 @@ impl Metrics {
     /// each scrape), its desired replicas and its drain time.
     pub fn budget_decided(
         &self,
-        budget: &BudgetLabels,
-        previous_phase: Option<&str>,
+        namespace: &str,
+        name: &str,
         phase: &str,
         desired: i64,
         drain_time_seconds: Option<f64>,
     ) {
-        if let Some(previous) = previous_phase.filter(|previous| *previous != phase) {
-            self.budget_phase.remove(&budget.with_phase(previous));
-        }
-        self.budget_phase
-            .get_or_create(&budget.with_phase(phase))
-            .set(1);
-        self.desired_replicas.get_or_create(budget).set(desired);
-        self.drain_time_seconds
-            .get_or_create(budget)
-            .set(drain_time_seconds.unwrap_or(f64::NAN));
+        self.budgets
+            .set(namespace, name, phase, desired, drain_time_seconds);
     }
 
     /// Drops a deleted budget's series.
-    pub fn budget_deleted(&self, budget: &BudgetLabels, phase: Option<&str>) {
-        if let Some(phase) = phase {
-            self.budget_phase.remove(&budget.with_phase(phase));
-        }
-        self.desired_replicas.remove(budget);
-        self.drain_time_seconds.remove(budget);
-    }
-}
-
-impl BudgetLabels {
-    fn with_phase(&self, phase: &str) -> PhaseLabels {
-        PhaseLabels {
-            namespace: Arc::clone(&self.namespace),
-            name: Arc::clone(&self.name),
-            phase: phase.to_owned(),
-        }
+    pub fn budget_deleted(&self, namespace: &str, name: &str) {
+        self.budgets.remove(namespace, name);
     }
 }
 
@@ -272,17 +217,27 @@ mod tests {
     #[test]
     fn a_budget_has_one_phase_series_and_none_once_deleted() {
         let metrics = Metrics::default();
-        let orders = BudgetLabels {
-            namespace: "shop".into(),
-            name: "orders".into(),
-        };
-        metrics.budget_decided(&orders, None, "Healthy", 3, Some(12.0));
-        metrics.budget_decided(&orders, Some("Healthy"), "AtRisk", 5, None);
+        metrics.budget_decided("shop", "orders", "Healthy", 3, Some(12.0));
+        metrics.budget_decided("shop", "billing", "Healthy", 2, Some(1.5));
+        metrics.budget_decided("shop", "orders", "AtRisk", 5, None);
         let lines = phase_lines(&metrics);
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        assert!(lines[0].contains("phase=\"AtRisk\"") && lines[0].ends_with(" 1"));
-        metrics.budget_deleted(&orders, Some("AtRisk"));
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines.contains(
+            &r#"backlog_operator_budget_phase{namespace="shop",name="orders",phase="AtRisk"} 1"#
+                .to_owned()
+        ));
+        let text = metrics.encode();
+        for line in [
+            r#"backlog_operator_budget_desired_replicas{namespace="shop",name="orders"} 5"#,
+            r#"backlog_operator_budget_drain_time_seconds{namespace="shop",name="orders"} NaN"#,
+            r#"backlog_operator_budget_drain_time_seconds{namespace="shop",name="billing"} 1.5"#,
+            "# TYPE backlog_operator_budget_desired_replicas gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in {text}");
+        }
+        metrics.budget_deleted("shop", "orders");
         let text = metrics.encode();
         assert!(!text.contains("name=\"orders\""), "{text}");
+        assert!(text.contains("name=\"billing\""), "{text}");
     }
 }

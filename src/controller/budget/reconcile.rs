@@ -11,7 +11,7 @@ use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase
 use crate::controller::error::Error;
 use crate::controller::plan::execute;
 use crate::core::scaling::ScalingDecision;
-use crate::telemetry::{BudgetLabels, Metrics};
+use crate::telemetry::Metrics;
 
 use super::BudgetContext;
 use super::apply::BudgetEffects;
@@ -86,7 +86,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
     };
     let exported_phase = match &plan.decision {
         Some(decision) => {
-            export(ctx, &namespace, &name, remembered.exported_phase, decision);
+            export(ctx, &namespace, &name, decision);
             Some(decision.phase)
         }
         None => remembered.exported_phase,
@@ -106,7 +106,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         ctx.document_writes
             .forget(&namespace, &name, budget.uid().as_deref());
         if !successor {
-            unexport(&ctx.base.metrics, namespace, name, exported_phase);
+            unexport(&ctx.base.metrics, &namespace, &name, exported_phase);
         }
         return Ok(Action::await_change());
     }
@@ -187,8 +187,8 @@ fn forget_deleted(ctx: &BudgetContext) {
                 .forget(&namespace, &name, remembered.uid.as_deref());
             unexport(
                 &ctx.base.metrics,
-                namespace,
-                name,
+                &namespace,
+                &name,
                 remembered.exported_phase,
             );
         }
@@ -211,44 +211,21 @@ pub fn forget_deleted_budget(
     let uid = budget.uid.as_deref();
     documents.forget(namespace, name, uid);
     if let Some(remembered) = memory.forget(namespace, name, uid) {
-        unexport(
-            metrics,
-            namespace.to_owned(),
-            name.to_owned(),
-            remembered.exported_phase,
-        );
+        unexport(metrics, namespace, name, remembered.exported_phase);
     }
 }
 
-fn unexport(
-    metrics: &Metrics,
-    namespace: String,
-    name: String,
-    exported_phase: Option<BudgetPhase>,
-) {
-    metrics.budget_deleted(
-        &BudgetLabels {
-            namespace: namespace.into(),
-            name: name.into(),
-        },
-        exported_phase.map(phase_label).as_deref(),
-    );
+/// Drops the budget's series, if this process exported any.
+fn unexport(metrics: &Metrics, namespace: &str, name: &str, exported_phase: Option<BudgetPhase>) {
+    if exported_phase.is_some() {
+        metrics.budget_deleted(namespace, name);
+    }
 }
 
-fn export(
-    ctx: &BudgetContext,
-    namespace: &str,
-    name: &str,
-    previous: Option<BudgetPhase>,
-    decision: &ScalingDecision,
-) {
-    let labels = BudgetLabels {
-        namespace: namespace.into(),
-        name: name.into(),
-    };
+fn export(ctx: &BudgetContext, namespace: &str, name: &str, decision: &ScalingDecision) {
     ctx.base.metrics.budget_decided(
-        &labels,
-        previous.map(phase_label).as_deref(),
+        namespace,
+        name,
         &phase_label(decision.phase),
         i64::from(decision.desired),
         decision.drain_time_seconds,
@@ -270,14 +247,10 @@ mod tests {
         use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus, BudgetPhase};
         use crate::controller::budget::document_writes::DocumentWrites;
         use crate::controller::budget::memory::{DecisionMemory, Remembered};
-        use crate::telemetry::{BudgetLabels, Metrics};
+        use crate::telemetry::Metrics;
 
         let (memory, metrics) = (DecisionMemory::default(), Metrics::default());
-        let labels = BudgetLabels {
-            namespace: "shop".into(),
-            name: "orders".into(),
-        };
-        metrics.budget_decided(&labels, None, "AtRisk", 5, None);
+        metrics.budget_decided("shop", "orders", "AtRisk", 5, None);
         let remembered = |uid: &str| Remembered {
             exported_phase: Some(BudgetPhase::AtRisk),
             ..Remembered::from_cache(Some(uid.to_owned()), None::<&BacklogBudgetStatus>)
