@@ -180,7 +180,7 @@ fn own_write_over_lag(
     let Some(own) = own_document.map(DocumentCopy::of) else {
         return found;
     };
-    let shows_it = found.as_ref().is_some_and(|copy| copy.text() == own.text());
+    let shows_it = found.as_ref().is_some_and(|copy| copy.same_text(&own));
     if shows_it { found } else { Some(Arc::new(own)) }
 }
 
