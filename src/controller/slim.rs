@@ -45,6 +45,9 @@ pub fn identity_only(meta: &mut ObjectMeta) {
 /// reported has cleared ([`super::synced`]).
 pub fn budget(budget: &mut CachedBudget, remembered: impl Fn(&str, &str, Option<&str>) -> bool) {
     bookkeeping(budget);
+    // The watch resumes from the versions it read off the events before this; nothing reads
+    // a cached budget's, and the cache's key would hold a second copy of it.
+    budget.metadata.resource_version = None;
     let meta = &budget.metadata;
     let known = match (meta.namespace.as_deref(), meta.name.as_deref()) {
         (Some(namespace), Some(name)) => remembered(namespace, name, meta.uid.as_deref()),
@@ -91,6 +94,7 @@ mod tests {
         full.metadata.namespace = Some("shop".to_owned());
         full.metadata.name = Some("orders".to_owned());
         full.metadata.uid = Some("u-2".to_owned());
+        full.metadata.resource_version = Some("4711".to_owned());
         full.status = Some(
             serde_json::from_value(serde_json::json!({"phase": "Healthy", "conditions": [
                 {"type": "Ready", "status": "True", "reason": "Healthy", "message": "",
@@ -112,6 +116,7 @@ mod tests {
             first_look.status, full.status,
             "a predecessor's memory is not this one's"
         );
+        assert_eq!(first_look.metadata.resource_version, None);
         let mut later = full.clone();
         budget(&mut later, remembers("u-2"));
         // Only a reported failure stays, for the check that clears it.
