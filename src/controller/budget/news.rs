@@ -30,8 +30,9 @@ pub struct Written {
     /// A fingerprint of what a reader acts on ([`headline`]).
     headline: u64,
     /// The live numbers, to single precision: they are compared at a tolerance of a tenth,
-    /// and the operator keeps them for every budget.
-    numbers: Box<[Option<f32>]>,
+    /// and the operator keeps them for every budget. A number the status does not hold is
+    /// NaN (a status never holds one: JSON cannot), which halves the list.
+    numbers: Box<[f32]>,
 }
 
 impl Written {
@@ -122,19 +123,20 @@ fn headline(status: &BacklogBudgetStatus) -> BacklogBudgetStatus {
 }
 
 /// Whether any live number moved by more than the tolerance, or appeared or went away.
-fn numbers_moved(before: &[Option<f32>], after: &[Option<f32>]) -> bool {
+fn numbers_moved(before: &[f32], after: &[f32]) -> bool {
     before.len() != after.len() || before.iter().zip(after).any(|(&a, &b)| number_moved(a, b))
 }
 
-fn number_moved(a: Option<f32>, b: Option<f32>) -> bool {
-    match (a.map(f64::from), b.map(f64::from)) {
+fn number_moved(a: f32, b: f32) -> bool {
+    let held = |n: f32| (!n.is_nan()).then_some(f64::from(n));
+    match (held(a), held(b)) {
         (Some(a), Some(b)) => (a - b).abs() > NUMBER_TOLERANCE * a.abs().max(b.abs()),
         (None, None) => false,
         _ => true,
     }
 }
 
-fn numbers(status: &BacklogBudgetStatus) -> Box<[Option<f32>]> {
+fn numbers(status: &BacklogBudgetStatus) -> Box<[f32]> {
     let observed = status.observed.as_ref();
     let capacity = status.capacity.as_ref();
     let mut numbers = vec![
@@ -156,7 +158,7 @@ fn numbers(status: &BacklogBudgetStatus) -> Box<[Option<f32>]> {
     }
     numbers
         .into_iter()
-        .map(|number| number.map(|n| n as f32))
+        .map(|number| number.map_or(f32::NAN, |n| n as f32))
         .collect()
 }
 
