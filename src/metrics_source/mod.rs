@@ -249,11 +249,24 @@ impl MetricsSource {
         group_by: Option<&str>,
         asking: Asking<'_>,
     ) -> Observation {
+        let grouping = group_by.map(|label| (label, self.grouping(expression, label)));
+        self.query_grouped(address, expression, grouping, asking)
+            .await
+    }
+
+    /// [`query_for`](Self::query_for), with `expression`'s grouped form by the label already
+    /// worked out ([`grouping`](Self::grouping)).
+    pub async fn query_grouped(
+        &self,
+        address: Option<&str>,
+        expression: &str,
+        grouping: Option<(&str, Grouping)>,
+        asking: Asking<'_>,
+    ) -> Observation {
         let patience = self.patience(asking.every);
         let Some(address) = address else {
             return Observation::Failed(NO_PROMETHEUS.to_owned());
         };
-        let grouping = group_by.map(|label| (label, self.grouping(expression, label)));
         let Some((label, Ok(grouped))) = grouping.as_ref().map(|(l, g)| (*l, g.as_ref())) else {
             return self
                 .query_within(address, expression, asking.every / 2, patience)

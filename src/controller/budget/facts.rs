@@ -20,7 +20,7 @@ use super::classes::ClassObservations;
 use super::control_document::{ConfigMapFact, PolicyFact, configmap_name, resolve_policy};
 use super::document_copy::DocumentCopy;
 use super::documents::Cached;
-use super::grouping::{GroupingReport, report};
+use super::grouping::{GroupingReport, Groupings};
 use super::inputs::{MetricObservations, observe_classes, observe_metrics, prometheus_address};
 use super::target::{TargetProblem, Workload, read};
 use super::{BudgetContext, conflict};
@@ -96,17 +96,18 @@ pub async fn gather(
     let conflict = conflict::other_owner(budget, &ctx.autoscalers.state(), &same_target);
     let address = prometheus_address(budget, ctx.base.default_prometheus.as_deref());
     let queries = &ctx.base.queries;
+    let groupings = Groupings::of(budget, queries);
     let scaling = async {
         match conflict {
             Some(owner) => ScalingFacts::OwnedElsewhere(owner),
             None => ScalingFacts::Observed(Box::new(
-                observe_metrics(budget, address.as_deref(), queries, poll).await,
+                observe_metrics(budget, address.as_deref(), queries, &groupings, poll).await,
             )),
         }
     };
     let (scaling, classes, policy, configmap) = tokio::join!(
         scaling,
-        observe_classes(budget, address.as_deref(), queries, poll),
+        observe_classes(budget, address.as_deref(), queries, &groupings, poll),
         read_policy(budget, namespace, ctx),
         read_configmap(budget, namespace, own_document, ctx),
     );
@@ -116,9 +117,7 @@ pub async fn gather(
         classes,
         policy,
         configmap,
-        grouping: report(budget, |expression, label| {
-            queries.grouping(expression, label)
-        }),
+        grouping: groupings.report(budget, queries),
     };
     Ok((BudgetFacts::Observed(Box::new(observed)), Some(api)))
 }

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus};
 use crate::api::conditions::{ConditionSpec, Truth, merge_conditions};
-use crate::metrics_source::Grouping;
+use crate::metrics_source::{Grouping, MetricsSource};
 
 use super::inputs::peak_expression;
 
@@ -58,6 +58,65 @@ pub fn grouped_queries(budget: &BacklogBudget) -> Vec<(String, String)> {
         }
     }
     queries
+}
+
+/// A budget's grouped forms of one poll: each is worked out once, and both the queries and
+/// the report read it (the query cache does not remember them per expression).
+#[derive(Debug, Default)]
+pub struct Groupings {
+    label: Option<String>,
+    forms: Vec<(String, Grouping)>,
+}
+
+impl Groupings {
+    /// The grouped form of each of the budget's grouped queries; none without `metrics.groupBy`.
+    pub fn of(budget: &BacklogBudget, queries: &MetricsSource) -> Groupings {
+        let Some(label) = budget.spec.metrics.group_by.clone() else {
+            return Groupings::default();
+        };
+        let mut forms: Vec<(String, Grouping)> = Vec::new();
+        for (_, expression) in grouped_queries(budget) {
+            if !forms.iter().any(|(known, _)| *known == expression) {
+                let form = queries.grouping(&expression, &label);
+                forms.push((expression, form));
+            }
+        }
+        Groupings {
+            label: Some(label),
+            forms,
+        }
+    }
+
+    /// `expression`'s grouped form by the budget's label, for
+    /// [`MetricsSource::query_grouped`]; `None` without `metrics.groupBy`.
+    pub fn form_of<'a>(
+        &'a self,
+        expression: &str,
+        queries: &MetricsSource,
+    ) -> Option<(&'a str, Grouping)> {
+        let label = self.label.as_deref()?;
+        Some((label, self.form(expression, label, queries)))
+    }
+
+    /// The form worked out for `expression`, or, for one that is not among the budget's
+    /// grouped queries, worked out now.
+    fn form(&self, expression: &str, label: &str, queries: &MetricsSource) -> Grouping {
+        match self.forms.iter().find(|(known, _)| known == expression) {
+            Some((_, form)) => form.clone(),
+            None => queries.grouping(expression, label),
+        }
+    }
+
+    /// The report of the budget these are of.
+    pub fn report(
+        &self,
+        budget: &BacklogBudget,
+        queries: &MetricsSource,
+    ) -> Option<GroupingReport> {
+        report(budget, |expression, label| {
+            self.form(expression, label, queries)
+        })
+    }
 }
 
 /// The report of a budget with `metrics.groupBy`, from each query's grouped form.
@@ -162,6 +221,60 @@ mod tests {
 
     fn grouping(expression: &str, label: &str) -> Grouping {
         crate::metrics_source::grouping::group(expression, label).map_err(Arc::new)
+    }
+
+    /// A query cache whose server is never asked: grouped forms are worked out without one.
+    fn never_asked() -> MetricsSource {
+        struct Unreachable;
+        impl crate::metrics_source::QueryBackend for Unreachable {
+            fn instant(
+                &self,
+                _: &str,
+                _: &str,
+                _: std::time::Duration,
+            ) -> crate::metrics_source::QueryFuture {
+                Box::pin(async { panic!("no query is sent") })
+            }
+        }
+        MetricsSource::new(Arc::new(Unreachable), 1, std::time::Duration::from_secs(1))
+    }
+
+    #[test]
+    fn a_poll_works_each_form_out_once_and_reads_the_same_as_the_pure_rewrite() {
+        let queries = never_asked();
+        for completion_rate in [
+            "sum(rate(done_total{consumergroup=\"orders\"}[1m]))",
+            "sum(rate(done_total[1m])) or vector(0)",
+            // The same expression as another query: one form for both.
+            "sum(lag{consumergroup=\"orders\"})",
+        ] {
+            let budget = budget(Some("consumergroup"), completion_rate);
+            let groupings = Groupings::of(&budget, &queries);
+            let distinct: std::collections::HashSet<String> = grouped_queries(&budget)
+                .into_iter()
+                .map(|(_, e)| e)
+                .collect();
+            assert_eq!(groupings.forms.len(), distinct.len());
+            assert_eq!(
+                groupings.report(&budget, &queries),
+                report(&budget, grouping)
+            );
+            for expression in distinct
+                .iter()
+                .chain([&"max(age{consumergroup=\"x\"})".to_owned()])
+            {
+                let (label, form) = groupings
+                    .form_of(expression, &queries)
+                    .expect("groupBy is set");
+                assert_eq!(label, "consumergroup");
+                assert_eq!(form, grouping(expression, label), "{expression}");
+            }
+        }
+        let without = budget(None, "sum(rate(done_total[1m]))");
+        let groupings = Groupings::of(&without, &queries);
+        assert!(groupings.forms.is_empty());
+        assert!(groupings.form_of("sum(lag)", &queries).is_none());
+        assert_eq!(groupings.report(&without, &queries), None);
     }
 
     #[test]

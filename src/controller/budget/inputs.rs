@@ -11,6 +11,7 @@ use crate::core::scaling::ScalingInputs;
 use crate::metrics_source::{Asking, MetricsSource};
 
 use super::classes::ClassObservations;
+use super::grouping::Groupings;
 use super::target::Workload;
 
 /// The Prometheus a budget reads from, or `None` when neither the budget nor the operator
@@ -58,10 +59,10 @@ pub async fn observe_metrics(
     budget: &BacklogBudget,
     address: Option<&str>,
     queries: &MetricsSource,
+    groupings: &Groupings,
     poll: Duration,
 ) -> MetricObservations {
     let metrics = &budget.spec.metrics;
-    let group_by = metrics.group_by.as_deref();
     let asker = super::wakes::asker(budget);
     let asking = Asking {
         asker: &asker,
@@ -72,7 +73,12 @@ pub async fn observe_metrics(
             None => None,
             Some(expression) => Some(
                 queries
-                    .query_for(address, &expression, group_by, asking)
+                    .query_grouped(
+                        address,
+                        &expression,
+                        groupings.form_of(&expression, queries),
+                        asking,
+                    )
                     .await,
             ),
         }
@@ -86,7 +92,12 @@ pub async fn observe_metrics(
     let class_backlogs = futures::future::join_all(class_queries.into_iter().map(
         |(class, expression)| async move {
             let observation = queries
-                .query_for(address, &expression, group_by, asking)
+                .query_grouped(
+                    address,
+                    &expression,
+                    groupings.form_of(&expression, queries),
+                    asking,
+                )
                 .await;
             (class, observation)
         },
@@ -96,10 +107,10 @@ pub async fn observe_metrics(
             None => None,
             Some(expression) => Some(
                 queries
-                    .query_for(
+                    .query_grouped(
                         address,
                         &peak_expression(expression),
-                        group_by,
+                        groupings.form_of(&peak_expression(expression), queries),
                         Asking {
                             every: PEAK_REFRESH.max(poll),
                             ..asking
@@ -164,9 +175,9 @@ pub async fn observe_classes(
     budget: &BacklogBudget,
     address: Option<&str>,
     queries: &MetricsSource,
+    groupings: &Groupings,
     poll: Duration,
 ) -> Vec<ClassObservations> {
-    let group_by = budget.spec.metrics.group_by.as_deref();
     let asker = super::wakes::asker(budget);
     let asking = Asking {
         asker: &asker,
@@ -174,8 +185,18 @@ pub async fn observe_classes(
     };
     futures::future::join_all(budget.spec.event_classes.iter().map(|class| async move {
         let (failure_ratio, execution_rate) = tokio::join!(
-            queries.query_for(address, &class.failure_ratio, group_by, asking),
-            queries.query_for(address, &class.execution_rate, group_by, asking),
+            queries.query_grouped(
+                address,
+                &class.failure_ratio,
+                groupings.form_of(&class.failure_ratio, queries),
+                asking
+            ),
+            queries.query_grouped(
+                address,
+                &class.execution_rate,
+                groupings.form_of(&class.execution_rate, queries),
+                asking
+            ),
         );
         ClassObservations {
             failure_ratio,
