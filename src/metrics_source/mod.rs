@@ -302,12 +302,7 @@ impl MetricsSource {
             .await;
         match groups {
             // No series of this value is missing data, as an empty answer of its own would be.
-            Ok(groups) => Observation::Samples(
-                groups
-                    .get(&grouped.value)
-                    .map(wake::Samples::to_vec)
-                    .unwrap_or_default(),
-            ),
+            Ok(groups) => Observation::Samples(groups.samples_of(&grouped.value)),
             Err(reason) => Observation::Failed(reason.clone()),
         }
     }
