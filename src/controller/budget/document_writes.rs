@@ -166,12 +166,23 @@ impl DocumentWrites {
     /// Forgets a deleted budget (not a successor under its name): a document still waiting
     /// is not written.
     pub fn forget(&self, namespace: &str, name: &str, uid: Option<&str>) {
+        self.forget_if(namespace, name, |recorded| recorded == uid);
+    }
+
+    /// Forgets budget `namespace/name` if `is_the_budget` says its recorded uid is the
+    /// deleted budget's.
+    pub fn forget_if(
+        &self,
+        namespace: &str,
+        name: &str,
+        is_the_budget: impl Fn(Option<&str>) -> bool,
+    ) {
         let mut records = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
         if records
             .by_budget
             .get(&key)
-            .is_some_and(|record| record.uid.as_deref() == uid)
+            .is_some_and(|record| is_the_budget(record.uid.as_deref()))
         {
             records.by_budget.remove(&key);
         }

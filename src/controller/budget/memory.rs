@@ -11,7 +11,8 @@
 //! so the cache is never read for it again.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -20,12 +21,32 @@ use crate::api::backlog_budget::{BacklogBudgetStatus, BudgetPhase};
 use super::news::Written;
 use super::packed_status::PackedStatus;
 
+/// A budget's uid as the memory tells budgets apart by it: a 64-bit digest keyed at random
+/// per process, instead of the 36-character text (an allocation a budget). A budget and its
+/// successor under the same name are taken for one only if their digests match, which the
+/// random key makes as likely as guessing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UidDigest(u64);
+
+static UID_KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
+impl UidDigest {
+    pub fn of(uid: Option<&str>) -> Option<UidDigest> {
+        uid.map(|uid| UidDigest(UID_KEY.hash_one(uid)))
+    }
+
+    /// Whether `uid` is the one this is the digest of.
+    pub fn is_of(digest: Option<UidDigest>, uid: Option<&str>) -> bool {
+        digest == UidDigest::of(uid)
+    }
+}
+
 /// One budget's memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Remembered {
     /// The budget this is about: a budget deleted and created again under its name starts
     /// afresh.
-    pub uid: Option<String>,
+    pub uid: Option<UidDigest>,
     /// What the last poll decided.
     pub decided: PackedStatus,
     /// What the API server holds, as far as this process knows: only what tells whether a
@@ -39,7 +60,7 @@ pub struct Remembered {
 
 impl Remembered {
     /// A budget seen for the first time: its status as the watch cache has it.
-    pub fn from_cache(uid: Option<String>, status: Option<&BacklogBudgetStatus>) -> Remembered {
+    pub fn from_cache(uid: Option<&str>, status: Option<&BacklogBudgetStatus>) -> Remembered {
         let empty = BacklogBudgetStatus::default();
         let status = status.unwrap_or(&empty);
         let written_at = status
@@ -48,7 +69,7 @@ impl Remembered {
             .and_then(|observed| observed.at.as_ref())
             .map(|at| at.0);
         Remembered {
-            uid,
+            uid: UidDigest::of(uid),
             written: Written::of(status),
             decided: PackedStatus::pack(status),
             written_at,
@@ -85,11 +106,11 @@ impl DecisionMemory {
         let key = key(namespace, name);
         let known = budgets.get(&key);
         match known {
-            Some(remembered) if remembered.uid.as_deref() == uid => remembered.clone(),
+            Some(remembered) if UidDigest::is_of(remembered.uid, uid) => remembered.clone(),
             _ => {
                 let first = Remembered {
                     exported_phase: known.and_then(|remembered| remembered.exported_phase),
-                    ..Remembered::from_cache(uid.map(str::to_owned), cached)
+                    ..Remembered::from_cache(uid, cached)
                 };
                 // Known from now on, before this reconcile writes: the watch event of its own
                 // status write may come back before the reconcile ends, and must find the
@@ -105,7 +126,7 @@ impl DecisionMemory {
     pub fn knows(&self, namespace: &str, name: &str, uid: Option<&str>) -> bool {
         self.lock()
             .get(&key(namespace, name))
-            .is_some_and(|remembered| remembered.uid.as_deref() == uid)
+            .is_some_and(|remembered| UidDigest::is_of(remembered.uid, uid))
     }
 
     /// Forgets budget `namespace/name` with `uid` (not a successor under its name), and says
@@ -113,7 +134,7 @@ impl DecisionMemory {
     pub fn forget(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Remembered> {
         let mut budgets = self.lock();
         let key = key(namespace, name);
-        if budgets.get(&key)?.uid.as_deref() != uid {
+        if !UidDigest::is_of(budgets.get(&key)?.uid, uid) {
             return None;
         }
         budgets.remove(&key)
@@ -199,17 +220,14 @@ mod tests {
         assert_eq!(again.exported_phase, Some(BudgetPhase::AtRisk));
         assert_eq!(again.decided, first.decided);
         let successor = memory.recall("shop", "orders", Some("u-2"), None);
-        assert_eq!(successor.uid.as_deref(), Some("u-2"));
+        assert_eq!(successor.uid, UidDigest::of(Some("u-2")));
         assert_eq!(successor.decided.unpack().expect("a status").phase, None);
         assert_eq!(successor.exported_phase, Some(BudgetPhase::AtRisk));
         // A reconcile of the predecessor that ends now keeps nothing over its successor.
         assert!(!memory.keep("shop", "orders", first.clone()));
         assert_eq!(
-            memory
-                .recall("shop", "orders", Some("u-2"), None)
-                .uid
-                .as_deref(),
-            Some("u-2")
+            memory.recall("shop", "orders", Some("u-2"), None).uid,
+            UidDigest::of(Some("u-2"))
         );
         // Nor over a budget deleted while it ran.
         memory.forget("shop", "orders", Some("u-2"));
@@ -228,10 +246,12 @@ mod tests {
         let names: Vec<_> = forgotten
             .iter()
             .map(|((namespace, name), remembered)| {
-                (namespace.as_str(), name.as_str(), remembered.uid.as_deref())
+                (namespace.as_str(), name.as_str(), remembered.uid)
             })
             .collect();
-        assert_eq!(names, [("shop", "gone", Some("u-2"))]);
+        assert_eq!(names, [("shop", "gone", UidDigest::of(Some("u-2")))]);
+        assert_ne!(UidDigest::of(Some("u-2")), UidDigest::of(Some("u-3")));
+        assert_eq!(UidDigest::of(None), None);
         assert!(memory.knows("shop", "kept", Some("u-1")));
         assert!(memory.knows("other", "gone", Some("u-3")));
         assert_eq!(memory.remembered(), 2);

@@ -18,7 +18,7 @@ use super::apply::BudgetEffects;
 use super::decide::{BudgetSettings, BudgetStep, decide};
 use super::document_writes::DocumentWrites;
 use super::facts::{BudgetFacts, gather};
-use super::memory::{DecisionMemory, Remembered};
+use super::memory::{DecisionMemory, Remembered, UidDigest};
 use super::news::{Written, is_news};
 use super::packed_status::{PackedStatus, decision_clock};
 
@@ -92,7 +92,7 @@ pub async fn reconcile(budget: &BacklogBudget, ctx: &BudgetContext) -> Result<Ac
         None => remembered.exported_phase,
     };
     let remembered_now = Remembered {
-        uid,
+        uid: UidDigest::of(uid.as_deref()),
         decided,
         written,
         written_at,
@@ -183,8 +183,9 @@ fn forget_deleted(ctx: &BudgetContext) {
                 .is_some()
         });
         for ((namespace, name), remembered) in forgotten {
-            ctx.document_writes
-                .forget(&namespace, &name, remembered.uid.as_deref());
+            ctx.document_writes.forget_if(&namespace, &name, |uid| {
+                UidDigest::is_of(remembered.uid, uid)
+            });
             unexport(
                 &ctx.base.metrics,
                 &namespace,
@@ -253,7 +254,7 @@ mod tests {
         metrics.budget_decided("shop", "orders", "AtRisk", 5, None);
         let remembered = |uid: &str| Remembered {
             exported_phase: Some(BudgetPhase::AtRisk),
-            ..Remembered::from_cache(Some(uid.to_owned()), None::<&BacklogBudgetStatus>)
+            ..Remembered::from_cache(Some(uid), None::<&BacklogBudgetStatus>)
         };
         memory.recall("shop", "orders", Some("u-2"), None);
         assert!(memory.keep("shop", "orders", remembered("u-2")));
