@@ -34,10 +34,15 @@ struct Sample {
     sample: f64,
 }
 
+/// The value text `at` and `len` name in `values`.
+fn text_at(values: &str, at: u32, len: u32) -> Option<&str> {
+    let at = at as usize;
+    values.get(at..at + len as usize)
+}
+
 impl ByValue {
     fn value_of(&self, sample: &Sample) -> &str {
-        let (at, len) = (sample.at as usize, sample.len as usize);
-        self.values.get(at..at + len).unwrap_or_default()
+        text_at(&self.values, sample.at, sample.len).unwrap_or_default()
     }
 
     /// The samples of `value`, in the order of the answer (none: no series has it).
@@ -70,13 +75,12 @@ impl ByValue {
     /// Whether `value` has the same samples in both, bit for bit: a series that reads NaN in
     /// two answers has not moved, and must not wake its askers at every renewal.
     fn same_for(&self, other: &ByValue, value: &str) -> bool {
-        let bits = |samples: &[Sample]| {
-            samples
+        let (mine, theirs) = (self.get(value), other.get(value));
+        mine.len() == theirs.len()
+            && mine
                 .iter()
-                .map(|s| s.sample.to_bits())
-                .collect::<Vec<_>>()
-        };
-        bits(self.get(value)) == bits(other.get(value))
+                .zip(theirs)
+                .all(|(a, b)| a.sample.to_bits() == b.sample.to_bits())
     }
 
     /// How many distinct values.
@@ -97,10 +101,7 @@ pub fn by_value(mut series: Vec<(String, f64)>) -> ByValue {
     let mut samples: Vec<Sample> = Vec::with_capacity(series.len());
     for (value, sample) in series {
         let (at, len) = match samples.last() {
-            Some(last)
-                if values.get(last.at as usize..(last.at + last.len) as usize)
-                    == Some(value.as_str()) =>
-            {
+            Some(last) if text_at(&values, last.at, last.len) == Some(value.as_str()) => {
                 (last.at, last.len)
             }
             _ => {

@@ -7,7 +7,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::backlog_budget::{BacklogBudget, BacklogBudgetStatus};
 use crate::api::conditions::{ConditionSpec, Truth, merge_conditions};
-use crate::metrics_source::{Grouping, MetricsSource};
+use crate::core::metric_input::Observation;
+use crate::metrics_source::{Asking, Grouping, MetricsSource};
 
 use super::inputs::peak_expression;
 
@@ -87,9 +88,28 @@ impl Groupings {
         }
     }
 
+    /// The result of `expression` for the budget ([`MetricsSource::query_for`]), from the
+    /// form worked out for it.
+    pub async fn query(
+        &self,
+        queries: &MetricsSource,
+        address: Option<&str>,
+        expression: &str,
+        asking: Asking<'_>,
+    ) -> Observation {
+        queries
+            .query_grouped(
+                address,
+                expression,
+                self.form_of(expression, queries),
+                asking,
+            )
+            .await
+    }
+
     /// `expression`'s grouped form by the budget's label, for
     /// [`MetricsSource::query_grouped`]; `None` without `metrics.groupBy`.
-    pub fn form_of<'a>(
+    fn form_of<'a>(
         &'a self,
         expression: &str,
         queries: &MetricsSource,

@@ -71,16 +71,7 @@ pub async fn observe_metrics(
     let ask = |expression: Option<String>| async move {
         match expression {
             None => None,
-            Some(expression) => Some(
-                queries
-                    .query_grouped(
-                        address,
-                        &expression,
-                        groupings.form_of(&expression, queries),
-                        asking,
-                    )
-                    .await,
-            ),
+            Some(expression) => Some(groupings.query(queries, address, &expression, asking).await),
         }
     };
     let class_queries: Vec<(String, String)> = budget
@@ -91,14 +82,7 @@ pub async fn observe_metrics(
         .collect();
     let class_backlogs = futures::future::join_all(class_queries.into_iter().map(
         |(class, expression)| async move {
-            let observation = queries
-                .query_grouped(
-                    address,
-                    &expression,
-                    groupings.form_of(&expression, queries),
-                    asking,
-                )
-                .await;
+            let observation = groupings.query(queries, address, &expression, asking).await;
             (class, observation)
         },
     ));
@@ -106,11 +90,11 @@ pub async fn observe_metrics(
         match &metrics.produce_rate {
             None => None,
             Some(expression) => Some(
-                queries
-                    .query_grouped(
+                groupings
+                    .query(
+                        queries,
                         address,
                         &peak_expression(expression),
-                        groupings.form_of(&peak_expression(expression), queries),
                         Asking {
                             every: PEAK_REFRESH.max(poll),
                             ..asking
@@ -185,18 +169,8 @@ pub async fn observe_classes(
     };
     futures::future::join_all(budget.spec.event_classes.iter().map(|class| async move {
         let (failure_ratio, execution_rate) = tokio::join!(
-            queries.query_grouped(
-                address,
-                &class.failure_ratio,
-                groupings.form_of(&class.failure_ratio, queries),
-                asking
-            ),
-            queries.query_grouped(
-                address,
-                &class.execution_rate,
-                groupings.form_of(&class.execution_rate, queries),
-                asking
-            ),
+            groupings.query(queries, address, &class.failure_ratio, asking),
+            groupings.query(queries, address, &class.execution_rate, asking),
         );
         ClassObservations {
             failure_ratio,
