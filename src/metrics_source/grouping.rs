@@ -297,6 +297,10 @@ mod tests {
                 r#"max_over_time((sum by (consumergroup) (rate(p{consumergroup!=""}[1m])))[24h:])"#,
             ),
             (
+                r#"max_over_time((sum(rate(p{consumergroup="a"}[1m])))[24h:15s])"#,
+                r#"max_over_time((sum by (consumergroup) (rate(p{consumergroup!=""}[1m])))[24h:15s])"#,
+            ),
+            (
                 r#"histogram_quantile(0.99, sum by (le) (rate(d_bucket{consumergroup="a"}[5m])))"#,
                 r#"histogram_quantile(0.99, sum by (le, consumergroup) (rate(d_bucket{consumergroup!=""}[5m])))"#,
             ),

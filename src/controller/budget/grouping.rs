@@ -10,7 +10,7 @@ use crate::api::conditions::{ConditionSpec, Truth, merge_conditions};
 use crate::core::metric_input::Observation;
 use crate::metrics_source::{Asking, Grouping, MetricsSource};
 
-use super::inputs::peak_expression;
+use super::inputs::peak_query;
 
 pub const QUERIES_GROUPED: &str = "QueriesGrouped";
 
@@ -43,11 +43,11 @@ pub fn grouped_queries(budget: &BacklogBudget) -> Vec<(String, String)> {
             queries.push((format!("spec.metrics.{field}"), expression.clone()));
         }
     }
-    if let Some(produce_rate) = &metrics.produce_rate {
+    if let Some(peak) = peak_query(budget) {
         // Grouped or not together with produceRate; named by it.
         queries.push((
             "spec.metrics.produceRate (its 24-hour peak)".to_owned(),
-            peak_expression(produce_rate),
+            peak,
         ));
     }
     for class in &budget.spec.event_classes {

@@ -48,10 +48,29 @@ pub struct MetricObservations {
 /// How long the 24-hour peak is reused: it moves slowly, and its subquery is the dearest.
 pub const PEAK_REFRESH: Duration = Duration::from_secs(300);
 
-/// The highest value of `expression` over the last 24 hours, at the server's evaluation
-/// interval.
-pub fn peak_expression(expression: &str) -> String {
-    format!("max_over_time(({expression})[24h:])")
+/// The budget's 24-hour peak of `metrics.produceRate`: its highest value over the last 24
+/// hours, sampled once per poll, the resolution the budget reads at. Without a resolution a
+/// subquery steps at the server's evaluation interval, which the operator does not choose: at
+/// one second that is 86,400 steps per series, seconds of the server's CPU for one grouped
+/// query of thousands of budgets, which their first polls wait for. `None` without a produce
+/// rate or with a poll interval that does not parse (such a spec is never queried).
+pub fn peak_query(budget: &BacklogBudget) -> Option<String> {
+    let expression = budget.spec.metrics.produce_rate.as_deref()?;
+    let poll = crate::consumer::parse_go_duration(&budget.spec.poll_interval).ok()?;
+    Some(format!(
+        "max_over_time(({expression})[24h:{}])",
+        promql_duration(poll)
+    ))
+}
+
+/// `duration` as PromQL writes one: whole seconds, or whole milliseconds (at least one).
+fn promql_duration(duration: Duration) -> String {
+    let millis = duration.as_millis().max(1);
+    if millis.is_multiple_of(1000) {
+        format!("{}s", millis / 1000)
+    } else {
+        format!("{millis}ms")
+    }
 }
 
 /// Evaluates the budget's scaling queries; without a Prometheus each fails with the reason.
@@ -87,14 +106,14 @@ pub async fn observe_metrics(
         },
     ));
     let peak = async {
-        match &metrics.produce_rate {
+        match peak_query(budget) {
             None => None,
             Some(expression) => Some(
                 groupings
                     .query(
                         queries,
                         address,
-                        &peak_expression(expression),
+                        &expression,
                         Asking {
                             every: PEAK_REFRESH.max(poll),
                             ..asking
@@ -262,6 +281,36 @@ mod tests {
             probe_ratio: None,
             message: String::new(),
         }
+    }
+
+    #[test]
+    fn the_peak_is_sampled_at_the_budgets_poll_whatever_the_servers_evaluation_interval() {
+        let mut budget: BacklogBudget =
+            serde_yaml::from_str(include_str!("../../../examples/backlog-budget.yaml"))
+                .expect("the example BacklogBudget");
+        budget.spec.metrics.produce_rate = Some("sum(rate(p[1m]))".into());
+        for (poll, resolution) in [
+            ("15s", "15s"),
+            ("2m", "120s"),
+            ("1m30s", "90s"),
+            ("1.5s", "1500ms"),
+        ] {
+            budget.spec.poll_interval = poll.into();
+            assert_eq!(
+                peak_query(&budget).as_deref(),
+                Some(format!("max_over_time((sum(rate(p[1m])))[24h:{resolution}])").as_str()),
+                "poll {poll}"
+            );
+        }
+        budget.spec.poll_interval = "soon".into();
+        assert_eq!(
+            peak_query(&budget),
+            None,
+            "an unusable poll is never queried"
+        );
+        budget.spec.poll_interval = "15s".into();
+        budget.spec.metrics.produce_rate = None;
+        assert_eq!(peak_query(&budget), None);
     }
 
     #[test]
