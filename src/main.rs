@@ -15,8 +15,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// second back to the system (`muzzy_decay_ms:0`: at once with `MADV_DONTNEED`, not lazily
 /// with `MADV_FREE`, which leaves them counted as resident until the kernel wants them), and
 /// one arena: the default of four per core spreads the same objects over partly used pages
-/// of several arenas (at 3,000 budgets one arena held 0.9 MiB less for the same CPU; the
-/// threads' own caches take most allocations without the arena's lock).
+/// of several arenas (at 3,000 budgets one arena held 0.9 MiB less for the same CPU), and no
+/// thread caches
+/// (`tcache:false`): a busy thread keeps up to megabytes of freed objects of each size for
+/// itself, pages no other thread can reuse or the background thread return. At 10,000 budgets
+/// they held 10.7 MiB of the operator's 51 MiB of anonymous memory (40.4 MiB without them),
+/// for 50 % more CPU (0.98 s per 100 budgets in five minutes, against 0.64 s).
 /// `_RJEM_MALLOC_CONF` in the environment overrides them.
 #[cfg(feature = "jemalloc")]
 #[allow(non_upper_case_globals)]
@@ -24,7 +28,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 static malloc_conf: Option<&std::ffi::c_char> =
     // SAFETY: a C string literal is NUL-terminated and lives as long as the program.
     Some(unsafe {
-        &*c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:1".as_ptr()
+        &*c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:1,tcache:false"
+            .as_ptr()
     });
 
 fn main() -> ExitCode {

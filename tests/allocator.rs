@@ -27,6 +27,7 @@ fn the_binary_returns_free_pages_from_a_background_thread() {
         "opt.dirty_decay_ms: 1000",
         "opt.muzzy_decay_ms: 0",
         "opt.narenas: 1",
+        "opt.tcache: false",
     ] {
         assert!(
             printed.contains(option),
