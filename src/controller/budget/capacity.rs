@@ -8,7 +8,7 @@ use crate::api::conditions::merge_conditions;
 use crate::consumer::EffectivePolicy;
 use crate::core::budget_config::BudgetConfig;
 use crate::core::capacity_check::{CapacityCheck, CapacityFacts, check};
-use crate::core::metric_input::single_value;
+use crate::core::metric_input::{MetricProblem, Observation, single_value};
 use crate::core::scaling::UsedValues;
 
 use super::control_document::{PolicyFact, PolicySource};
@@ -40,13 +40,28 @@ pub fn capacity_of(
             .per_replica_rate
             .filter(|_| !used.per_replica_rate_is_lower_bound()),
         reserved_retry_share: config.reserved_retry_share,
-        peak_produce_rate: metrics
-            .peak_produce_rate
-            .as_ref()
-            .and_then(|peak| single_value(peak).ok()),
+        peak_produce_rate: peak_so_far(
+            metrics.peak_produce_rate.as_ref(),
+            metrics.produce_rate.as_ref(),
+        ),
         deadline_seconds: config.deadline_seconds,
         retry_worst_case,
     })
+}
+
+/// The highest produce rate of the last 24 hours as far as this poll knows: the subquery's
+/// peak, or the produce rate now where that is higher. The peak is renewed every few minutes
+/// and steps at the poll, so it can miss a newer high, and a history younger than one step
+/// has no sample in it yet (a new consumer's first polls); the rate now is part of the last
+/// 24 hours either way. A failed or unusable peak stays unknown: the history may hold more
+/// than the rate now.
+fn peak_so_far(peak: Option<&Observation>, now: Option<&Observation>) -> Option<f64> {
+    let now = now.and_then(|now| single_value(now).ok());
+    match single_value(peak?) {
+        Ok(peak) => Some(now.map_or(peak, |now| peak.max(now))),
+        Err(MetricProblem::Empty) => now,
+        Err(_) => None,
+    }
 }
 
 /// `status` with the check's condition and headroom.
@@ -64,4 +79,45 @@ pub fn record(
     );
     status.capacity_headroom = capacity.headroom;
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(values: &[f64]) -> Observation {
+        Observation::Samples(values.to_vec())
+    }
+
+    #[test]
+    fn the_peak_so_far_is_the_history_or_the_rate_now_whichever_is_higher() {
+        let failed = Observation::Failed("timeout".into());
+        for (peak, now, expected) in [
+            (
+                Some(answered(&[500.0])),
+                Some(answered(&[400.0])),
+                Some(500.0),
+            ),
+            (
+                Some(answered(&[500.0])),
+                Some(answered(&[650.0])),
+                Some(650.0),
+            ),
+            (Some(answered(&[500.0])), None, Some(500.0)),
+            (Some(answered(&[500.0])), Some(failed.clone()), Some(500.0)),
+            // A history younger than one step of the subquery: the rate now is all it holds.
+            (Some(answered(&[])), Some(answered(&[450.0])), Some(450.0)),
+            (Some(answered(&[])), None, None),
+            // Unknown history may hold more than the rate now.
+            (Some(failed.clone()), Some(answered(&[450.0])), None),
+            (Some(answered(&[1.0, 2.0])), Some(answered(&[450.0])), None),
+            (None, Some(answered(&[450.0])), None),
+        ] {
+            assert_eq!(
+                peak_so_far(peak.as_ref(), now.as_ref()),
+                expected,
+                "peak {peak:?}, now {now:?}"
+            );
+        }
+    }
 }

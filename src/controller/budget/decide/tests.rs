@@ -223,9 +223,12 @@ fn a_peak_the_partitions_cannot_carry_is_a_capacity_plan_problem_while_healthy()
     );
     assert_eq!(plan.status.capacity_headroom, Some(0.8));
 
-    // A peak they carry fits, with its headroom; an unanswered peak query is unknown.
+    // A peak they carry fits, with its headroom; an unanswered peak query is unknown; a
+    // history without a sample yet, or with a lower peak than now, is the rate now (300/s).
     for (peak, status, headroom) in [
         (Some(value(600.0)), "True", Some(2.0)),
+        (Some(Observation::Samples(vec![])), "True", Some(4.0)),
+        (Some(value(200.0)), "True", Some(4.0)),
         (Some(Observation::Failed("timeout".into())), "Unknown", None),
         (None, "Unknown", None),
     ] {
