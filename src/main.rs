@@ -16,11 +16,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// with `MADV_FREE`, which leaves them counted as resident until the kernel wants them), and
 /// one arena: the default of four per core spreads the same objects over partly used pages
 /// of several arenas (at 3,000 budgets one arena held 0.9 MiB less for the same CPU), and no
-/// thread caches
-/// (`tcache:false`): a busy thread keeps up to megabytes of freed objects of each size for
-/// itself, pages no other thread can reuse or the background thread return. At 10,000 budgets
-/// they held 10.7 MiB of the operator's 51 MiB of anonymous memory (40.4 MiB without them),
-/// for 50 % more CPU (0.98 s per 100 budgets in five minutes, against 0.64 s).
+/// thread caches (`tcache:false`): a busy thread keeps up to megabytes of freed objects of
+/// each size for itself, in pages no other thread can reuse or the background thread return.
+/// At 10,000 budgets they held 10.7 MiB of the operator's 51 MiB of anonymous memory (40.4
+/// MiB without them), for 50 % more CPU (0.98 s per 100 budgets in five minutes, not 0.64 s).
 /// `_RJEM_MALLOC_CONF` in the environment overrides them.
 #[cfg(feature = "jemalloc")]
 #[allow(non_upper_case_globals)]
