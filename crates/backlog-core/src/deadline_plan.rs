@@ -598,10 +598,16 @@ impl Planner<'_, '_> {
     /// Completion capacity t seconds after going from `ready` ready replicas to `to`:
     /// new pods start, then everyone stops for the rebalance.
     fn transition(&self, ready: u32, to: u32, t: f64) -> f64 {
+        self.transition_after(ready, to, t, false)
+    }
+
+    /// [`Self::transition`], where `fresh` says that the pods asked for earlier were given up
+    /// before (a scale-down stops them): every new pod starts from the beginning.
+    fn transition_after(&self, ready: u32, to: u32, t: f64, fresh: bool) -> f64 {
         let settings = self.settings;
         if to > ready {
             // Pods asked for earlier are partly started already.
-            let start = if to <= self.inputs.current {
+            let start = if to <= self.inputs.current && !fresh {
                 self.inputs.starting_in.clamp(0.0, settings.pod_start)
             } else {
                 settings.pod_start
@@ -671,7 +677,10 @@ impl Planner<'_, '_> {
             |t| {
                 if then != now && t >= switch_at {
                     let ready_then = if now > ready { ready } else { now };
-                    self.transition(ready_then, then, t - switch_at)
+                    // Going below the count asked for stops its pods: the way back starts
+                    // new ones.
+                    let fresh = now < self.inputs.current;
+                    self.transition_after(ready_then, then, t - switch_at, fresh)
                 } else {
                     self.transition(ready, now, t)
                 }

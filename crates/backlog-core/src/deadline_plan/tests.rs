@@ -471,3 +471,42 @@ fn a_standing_queue_is_held_where_no_reaction_fits_the_deadline_anyway() {
     let p = plan(&inputs(&replay, 5_000.0, 5.0, 1000.0, 4), &short);
     assert_eq!((p.replicas, p.reason), (4, PlanReason::Holding), "{p:?}");
 }
+
+#[test]
+fn the_way_back_after_a_scale_down_starts_new_pods() {
+    // Pods of the current count, asked for earlier and nearly started, are stopped by a
+    // scale-down: a plan that goes lower now and back up later waits a whole pod start, so
+    // its outlook is the same however far along those pods were.
+    let replay = recent(&[2000.0; 24]);
+    let nearly_started = PlanInputs {
+        ready: 4,
+        starting_in: 0.0,
+        ..inputs(&replay, 40_000.0, 60.0, 2000.0, 16)
+    };
+    let not_started = PlanInputs {
+        starting_in: settings().pod_start,
+        ..nearly_started
+    };
+    let settings = settings();
+    let outlook = |inputs: &PlanInputs<'_>| {
+        Planner {
+            inputs,
+            settings: &settings,
+        }
+        .predict(2, 16, &|_| 2000.0, settings.horizon)
+    };
+    assert_eq!(outlook(&nearly_started), outlook(&not_started));
+    // Kept, the pods already starting still count.
+    let kept = |inputs: &PlanInputs<'_>| {
+        Planner {
+            inputs,
+            settings: &settings,
+        }
+        .predict(16, 16, &|_| 2000.0, settings.horizon)
+    };
+    let (sooner, later) = (kept(&nearly_started), kept(&not_started));
+    assert!(
+        matches!((sooner.drained_at, later.drained_at), (Some(a), Some(b)) if a < b),
+        "{sooner:?} {later:?}"
+    );
+}
