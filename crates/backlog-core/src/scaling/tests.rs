@@ -1173,3 +1173,40 @@ fn a_count_said_to_fall_behind_is_said_to_complete_what_the_plan_counts() {
         d.explanation
     );
 }
+
+/// 4 replicas keeping up with 2495/s, then (the consumers slowed by a few per cent) falling
+/// behind by 124/s for five minutes: the backlog stays far below two polls' completions.
+fn slowed_by_a_few_per_cent(partitions: u32) -> ScalingDecision {
+    let mut c = config();
+    c.per_replica_rate = None;
+    c.completion_rate_configured = true;
+    c.partitions = PartitionSource::Fixed(partitions);
+    let mut memory = running_for_an_hour();
+    let keeping_up = with_completions(inputs(0.0, 2495.0, 0.0, 4), 2495.0);
+    let mut d = decide(&c, &keeping_up, &memory, at(0));
+    memory = d.memory.clone();
+    for poll in 1..=20_u32 {
+        let backlog = 124.0 * 15.0 * f64::from(poll);
+        let behind = with_completions(inputs(backlog, 2495.0, f64::from(poll), 4), 2371.2);
+        d = decide(&c, &behind, &memory, at(15 * i64::from(poll)));
+        memory = d.memory.clone();
+    }
+    d
+}
+
+#[test]
+fn consumers_sharing_partitions_evenly_are_measured_as_soon_as_they_fall_behind() {
+    // 64 partitions over 4 consumers, 16 each: every consumer is behind, so what they
+    // complete is their capacity, lower than the 624/s they were once seen keeping up with.
+    let d = slowed_by_a_few_per_cent(64);
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
+    let measured = d.memory.capacity.map(|m| m.per_replica_rate);
+    assert!(
+        measured.is_some_and(|r| (r - 592.8).abs() < 0.1),
+        "{measured:?}"
+    );
+    // 66 partitions over 4: the two consumers with 17 may be the only ones behind, and
+    // little waits yet: not a measurement.
+    let d = slowed_by_a_few_per_cent(66);
+    assert_ne!(d.used.capacity_source, Some(CapacitySource::Measured));
+}
