@@ -440,30 +440,13 @@ fn gather(
         .partition_backlogs
         .as_ref()
         .is_none_or(|samples| samples.iter().all(|p| p.backlog > 0.0));
-    let backlog_rising = memory
-        .previous
-        .zip(backlog)
-        .is_some_and(|(previous, waiting)| waiting > previous.backlog);
-    // Where every consumer owns as many partitions as the next, they share the load evenly:
-    // a group that falls behind has every consumer behind, however little waits yet. (A
-    // slowdown by a few per cent would otherwise take minutes to pile up two polls' work,
-    // with the capacity of before still in use.)
-    let evenly_shared = partitions.is_some_and(|p| {
-        let owners = ready.min(p);
-        owners > 0 && p % owners == 0
-    });
-    let falling_behind_evenly = evenly_shared
-        && backlog_rising
-        && matches!((completion_rate, produce_rate), (Some(completed), Some(lambda))
-            if completed > 0.0 && completed < KEEPS_UP_SHARE * lambda);
     let busy = every_partition_busy
-        && (falling_behind_evenly
-            || match (completion_rate, used.scaling_backlog) {
-                (Some(completed), Some(b)) => {
-                    completed > 0.0 && b > completed * 2.0 * config.poll_interval_seconds
-                }
-                _ => false,
-            });
+        && match (completion_rate, used.scaling_backlog) {
+            (Some(completed), Some(b)) => {
+                completed > 0.0 && b > completed * 2.0 * config.poll_interval_seconds
+            }
+            _ => false,
+        };
     // The completion rate spans a window: it is the consumers' capacity once they have been
     // busy for all of it, not when work has just begun to wait.
     let busy_since = busy.then(|| memory.busy_since.unwrap_or(now));
@@ -517,6 +500,10 @@ fn gather(
     };
     let busiest_consumer_shares =
         partitions.map_or(f64::from(ready), |p| group_capacity(ready, p, 1.0));
+    let backlog_rising = memory
+        .previous
+        .zip(backlog)
+        .is_some_and(|(previous, waiting)| waiting > previous.backlog);
     // A busiest consumer falling behind by a share f since the replicas last changed holds an
     // event at least f × that time old, while the others draining what a rebalance left can
     // lift the group's completions to λ: only an age within the keep-up tolerance of that
