@@ -49,7 +49,9 @@ pub struct CapacityEvidence {
     pub completion_rate: Option<f64>,
     /// Completions per second the group made since the previous poll at least: the drop of
     /// the backlog. It reacts within a poll where the completion rate still averages its
-    /// window: a fast drain proves a recovered consumer at once.
+    /// window: a fast drain proves a recovered consumer at once, and a scale-up's drain what
+    /// consumers never seen saturated can do. Set only where no more replicas than the ready
+    /// ones can have worked since the previous poll, so per ready replica it never overstates.
     pub completed_at_least: Option<f64>,
     /// Completions per second of the whole group shown by the backlog's change under a steady
     /// λ while every partition has work, since the previous poll: arrivals minus the rise.
@@ -143,7 +145,7 @@ pub fn estimate(
     // poll (two intervals' drop seen at once) than a consumer faster than its owner says, so
     // it restores at most the configured rate.
     let proven = match evidence.completed_at_least {
-        Some(rate) if evidence.settled && rate.is_finite() && evidence.ready_replicas > 0 => {
+        Some(rate) if rate.is_finite() && evidence.ready_replicas > 0 => {
             let shown = rate / f64::from(evidence.ready_replicas);
             let shown = configured.map_or(shown, |limit| shown.min(limit));
             Some(per_ready.map_or(shown, |seen| seen.max(shown)))
@@ -248,6 +250,11 @@ pub fn estimate(
                 .map_or(average, |solved| average.max(solved)),
         ),
         (seen, _) => seen,
+    };
+    // A drain proves what the replicas complete as well as idleness does.
+    let per_ready = match (per_ready, proven) {
+        (Some(seen), Some(shown)) => Some(seen.max(shown)),
+        (seen, shown) => seen.or(shown),
     };
     let bound = match (per_ready, previous_bound) {
         (Some(rate), Some(before)) if before.per_replica_rate >= rate => Some(before),

@@ -456,21 +456,38 @@ fn gather(
     // The backlog's drop since the previous poll plus what arrived meanwhile is what the
     // replicas completed at least. Arrivals count only while λ held still over both polls: λ
     // read through a rate window lags a change for the whole window, and after a fall it
-    // would credit the consumers with work that no longer arrives.
+    // would credit the consumers with work that no longer arrives. Even a small move of the
+    // window's rate can hide a fall within the last poll: a window W long moves by Δ when
+    // the last poll's arrivals differ by W × Δ from those that left the window, so that much
+    // is taken off the credit.
     // The change is taken from when the previous sample was first seen: a sample seen again
     // proves nothing, and a new one after a repeated one covers the time since the first
     // sighting (over one poll it would read as twice the drop).
+    // Only the replicas ready now may have worked since then: none was asked for and still
+    // starting (it works only once ready), and the pods a scale-down stopped left before
+    // the previous sample (they stop at the rebalance that follows it). Otherwise the drop
+    // would be credited to too few replicas and overstate what one completes.
+    let worked_at_most_ready = |previous: &PreviousObservation| {
+        ready == current
+            && (memory.last_change_raised
+                || memory.last_change_at.is_none_or(|at| {
+                    seconds_between(at, previous.value_since) >= config.rebalance_cost_seconds
+                }))
+    };
     let completed_at_least = match (memory.previous, backlog) {
         (Some(previous), Some(b))
-            if b != previous.backlog && seconds_between(previous.value_since, now) > 0.0 =>
+            if b != previous.backlog
+                && worked_at_most_ready(&previous)
+                && seconds_between(previous.value_since, now) > 0.0 =>
         {
+            let elapsed = sample_span(&previous, now, config.poll_interval_seconds);
             let arrived = match (previous.produce_rate, produce_rate) {
                 (Some(before), Some(lambda)) if (before - lambda).abs() <= 0.05 * lambda => {
-                    before.min(lambda)
+                    let hidden = rate_window_seconds(config) / elapsed * (before - lambda).abs();
+                    (before.min(lambda) - hidden).max(0.0)
                 }
                 _ => 0.0,
             };
-            let elapsed = sample_span(&previous, now, config.poll_interval_seconds);
             Some((arrived + (previous.backlog - b) / elapsed).max(0.0))
         }
         _ => None,

@@ -1173,3 +1173,77 @@ fn a_count_said_to_fall_behind_is_said_to_complete_what_the_plan_counts() {
         d.explanation
     );
 }
+
+#[test]
+fn a_drain_after_a_scale_up_raises_a_bound_never_measured_saturated() {
+    // Eight replicas, never seen saturated (bound 500/s), drain what three left: the backlog
+    // falls by 2200/s while 2600/s arrive, so they complete 4800/s, 600 each. The completion
+    // rate still averages the window before the pods started (3000/s): the drop tells first.
+    let mut c = config();
+    c.per_replica_rate = None;
+    c.completion_rate_configured = true;
+    c.rebalance_cost_seconds = 30.0;
+    let previous = PreviousObservation {
+        at: at(190),
+        backlog: 100_000.0,
+        produce_rate: Some(2600.0),
+        value_since: at(190),
+    };
+    let after_scale_up = ScalingMemory {
+        previous: Some(previous),
+        capacity: Some(MeasuredCapacity {
+            per_replica_rate: 500.0,
+            at: at(0),
+            lower_bound: true,
+            confirmations: 0,
+        }),
+        last_change_at: Some(at(100)),
+        last_change_raised: true,
+        pod_start_seconds: Some(60.0),
+        ..ScalingMemory::default()
+    };
+    let draining = with_completions(inputs(67_000.0, 2600.0, 30.0, 8), 3000.0);
+    let d = decide(&c, &draining, &after_scale_up, at(205));
+    let bound = d.memory.capacity.expect("a bound");
+    assert!(bound.lower_bound, "{bound:?}");
+    assert!((bound.per_replica_rate - 600.0).abs() < 1e-9, "{bound:?}");
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Prior));
+    // Ten seconds before the previous sample a scale-down to eight stopped more replicas:
+    // until its rebalance they worked too, and the drop is not the eight's alone.
+    let after_scale_down = ScalingMemory {
+        last_change_at: Some(at(180)),
+        last_change_raised: false,
+        ..after_scale_up.clone()
+    };
+    let d = decide(&c, &draining, &after_scale_down, at(205));
+    let bound = d.memory.capacity.map(|m| m.per_replica_rate);
+    assert_eq!(bound, Some(500.0), "{}", d.explanation);
+    // Once the rebalance had passed by the previous sample, only the eight worked.
+    let settled_down = ScalingMemory {
+        last_change_at: Some(at(150)),
+        ..after_scale_down
+    };
+    let d = decide(&c, &draining, &settled_down, at(205));
+    let bound = d.memory.capacity.map(|m| m.per_replica_rate);
+    assert!(
+        bound.is_some_and(|rate| (rate - 600.0).abs() < 1e-9),
+        "{bound:?}"
+    );
+    // The rate window fell by 100/s over the poll: a 60 s window moves that much when the
+    // last 15 s brought 6000 fewer events than the 15 s that left it, so the fall may be
+    // in the arrivals the drop is added to. 400/s less is credited: (2200 + 2100) / 8.
+    let falling = with_completions(inputs(67_000.0, 2500.0, 30.0, 8), 3000.0);
+    let d = decide(&c, &falling, &after_scale_up, at(205));
+    let bound = d.memory.capacity.map(|m| m.per_replica_rate);
+    assert!(
+        bound.is_some_and(|rate| (rate - 537.5).abs() < 1e-9),
+        "{bound:?}"
+    );
+    // Pods still starting may work by the next poll: not every replica asked for is ready,
+    // so the drop is not credited per replica.
+    let mut starting = draining.clone();
+    starting.current_replicas = 10;
+    let d = decide(&c, &starting, &after_scale_up, at(205));
+    let bound = d.memory.capacity.map(|m| m.per_replica_rate);
+    assert_eq!(bound, Some(500.0), "{}", d.explanation);
+}
