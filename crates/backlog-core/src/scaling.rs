@@ -456,10 +456,11 @@ fn gather(
     // The backlog's drop since the previous poll plus what arrived meanwhile is what the
     // replicas completed at least. Arrivals count only while λ held still over both polls: λ
     // read through a rate window lags a change for the whole window, and after a fall it
-    // would credit the consumers with work that no longer arrives. Even a small move of the
-    // window's rate can hide a fall within the last poll: a window W long moves by Δ when
-    // the last poll's arrivals differ by W × Δ from those that left the window, so that much
-    // is taken off the credit.
+    // would credit the consumers with work that no longer arrives. A window W long moves by
+    // Δ when the last poll's arrivals differ by W × Δ from those that left the window: so
+    // the rate must have stayed about the same for a whole window before the previous poll
+    // (what left the window arrived at about that rate; a peak shorter than the window
+    // passes through it with hardly a move), and W × Δ is taken off the credit.
     // The change is taken from when the previous sample was first seen: a sample seen again
     // proves nothing, and a new one after a repeated one covers the time since the first
     // sighting (over one poll it would read as twice the drop).
@@ -481,9 +482,16 @@ fn gather(
                 && seconds_between(previous.value_since, now) > 0.0 =>
         {
             let elapsed = sample_span(&previous, now, config.poll_interval_seconds);
+            let window = rate_window_seconds(config);
+            let steady_for_a_window = memory.demand.last().is_some_and(|run| {
+                seconds_between(run.at, previous.value_since)
+                    >= window + config.poll_interval_seconds
+            });
             let arrived = match (previous.produce_rate, produce_rate) {
-                (Some(before), Some(lambda)) if (before - lambda).abs() <= 0.05 * lambda => {
-                    let hidden = rate_window_seconds(config) / elapsed * (before - lambda).abs();
+                (Some(before), Some(lambda))
+                    if steady_for_a_window && (before - lambda).abs() <= 0.05 * lambda =>
+                {
+                    let hidden = window / elapsed * (before - lambda).abs();
                     (before.min(lambda) - hidden).max(0.0)
                 }
                 _ => 0.0,

@@ -1189,8 +1189,14 @@ fn a_drain_after_a_scale_up_raises_a_bound_never_measured_saturated() {
         produce_rate: Some(2600.0),
         value_since: at(190),
     };
+    // λ has been about 2600/s since long before the previous poll.
+    let steady = vec![DemandSample {
+        at: at(0),
+        rate: 2600.0,
+    }];
     let after_scale_up = ScalingMemory {
         previous: Some(previous),
+        demand: steady,
         capacity: Some(MeasuredCapacity {
             per_replica_rate: 500.0,
             at: at(0),
@@ -1239,6 +1245,19 @@ fn a_drain_after_a_scale_up_raises_a_bound_never_measured_saturated() {
         bound.is_some_and(|rate| (rate - 537.5).abs() < 1e-9),
         "{bound:?}"
     );
+    // A peak shorter than the window passes through it with hardly a move: λ about the
+    // same for less than a window and a poll before the previous poll says nothing of the
+    // last poll's arrivals, so only the drop is credited: 2200 / 8.
+    let peak_passing = ScalingMemory {
+        demand: vec![DemandSample {
+            at: at(150),
+            rate: 2600.0,
+        }],
+        ..after_scale_up.clone()
+    };
+    let d = decide(&c, &draining, &peak_passing, at(205));
+    let bound = d.memory.capacity.map(|m| m.per_replica_rate);
+    assert_eq!(bound, Some(500.0), "{}", d.explanation);
     // Pods still starting may work by the next poll: not every replica asked for is ready,
     // so the drop is not credited per replica.
     let mut starting = draining.clone();
