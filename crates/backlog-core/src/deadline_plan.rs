@@ -12,8 +12,9 @@
 //!   about as long as it has so far. A peak that ends before that costs no replicas at all.
 //! - **Cost** of a count over the cost window (`economy_dwell`, at least the horizon): it runs
 //!   until holding it no longer leaves time to act, then the keep-up count runs for the rest,
-//!   with today's λ lasting about as long as it has and the recent past after that. Every
-//!   change pays its rebalance.
+//!   with today's λ lasting about as long as it has and the recent past after that. Where
+//!   the load alternates, the count kept up with then is the forecast's mean, not today's
+//!   peak. Every change pays its rebalance.
 //! - **Change** to the cheapest count the deadline allows: up to any count that leaves time to
 //!   act (even one still behind λ), down to one that also keeps a margin below the limit and
 //!   carries a peak that has returned lately (a load that alternates is not chased down at
@@ -548,8 +549,9 @@ impl Planner<'_, '_> {
     }
 
     /// Replica-seconds `replicas` is expected to cost over the cost window: it runs until
-    /// holding it no longer leaves time to act, then the count that keeps up (the cap when
-    /// none does) runs for the rest of the window, after its rebalance.
+    /// holding it no longer leaves time to act, then a count that keeps up with what the
+    /// forecast brings for the rest of the window (the cap when none does) runs, after its
+    /// rebalance.
     fn cost(&self, replicas: u32, limit: f64) -> f64 {
         let window = self.cost_window();
         let react = self.reaction_seconds();
@@ -561,18 +563,53 @@ impl Planner<'_, '_> {
             (window / 150.0).max(1.0),
             (limit - react).max(0.0),
         );
-        let after = self
-            .keep_up_count()
-            .unwrap_or(self.inputs.cap)
-            .max(replicas);
-        match outlook.reached_at {
-            Some(at) if at < window && after > replicas => {
+        let after = outlook
+            .reached_at
+            .filter(|&at| at < window)
+            .map(|at| (at, self.carries_rest_of_window(replicas, at, window)));
+        match after {
+            Some((at, after)) if after > replicas => {
                 f64::from(replicas) * at
                     + f64::from(after) * (window - at)
                     + self.settings.rebalance * f64::from(after)
             }
             _ => f64::from(replicas) * window,
         }
+    }
+
+    /// The count that takes over from `replicas` at `from` for the rest of the cost window.
+    /// Where the load has lately alternated above what `replicas` completes, the fewest from
+    /// it on that complete the forecast's mean over that time; not the count for today's λ:
+    /// a peak would be priced as lasting the whole window, every count would be dearer at
+    /// the peak than at the trough, and the plan would scale up at each peak and down at
+    /// each trough.
+    fn carries_rest_of_window(&self, replicas: u32, from: f64, window: f64) -> u32 {
+        const SAMPLES: u32 = 60;
+        // A load that has not alternated lately may be rising for good: today's λ is then
+        // the better guess for the rest of the window than a past it has left.
+        if self
+            .inputs
+            .recent
+            .recurring_above(self.capacity(replicas))
+            .is_none()
+        {
+            return self
+                .keep_up_count()
+                .unwrap_or(self.inputs.cap)
+                .max(replicas);
+        }
+        let step = (window - from) / f64::from(SAMPLES);
+        let mean = (0..SAMPLES)
+            .map(|i| self.persisting(from + (f64::from(i) + 0.5) * step))
+            .sum::<f64>()
+            / f64::from(SAMPLES);
+        if self.capacity(replicas) >= mean {
+            return replicas;
+        }
+        self.useful(replicas.saturating_add(1), self.inputs.cap)
+            .find(|&k| self.capacity(k) >= mean)
+            .unwrap_or(self.inputs.cap)
+            .max(replicas)
     }
 
     /// A count that falls behind must save at least [`ECONOMY_MIN_SAVING`] of what the

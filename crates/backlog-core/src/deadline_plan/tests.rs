@@ -510,3 +510,60 @@ fn the_way_back_after_a_scale_down_starts_new_pods() {
         "{sooner:?} {later:?}"
     );
 }
+
+#[test]
+fn a_peak_of_a_load_that_alternates_is_not_priced_as_lasting() {
+    // 64 partitions, 576/s a replica: 3 complete 1728/s. The load has alternated for 20
+    // minutes, a minute or two above 2000/s and a minute at 1262/s (as a rate window and the
+    // runs' highest values show it). Half a minute into a peak, 3 hold: priced as if the peak
+    // (keep-up 5) took over once the age nears the limit, 3 looked dearer than 4 at every
+    // peak and cheaper at every trough, a pair of rebalances per period; what takes over
+    // then is a count for the forecast's mean.
+    let steps = [
+        (0, 2593.2),
+        (68, 2132.4),
+        (128, 1262.0),
+        (203, 2695.6),
+        (263, 2311.6),
+        (323, 1262.0),
+        (398, 2618.8),
+        (473, 2106.8),
+        (533, 1313.2),
+        (608, 2670.0),
+        (668, 2286.0),
+        (728, 1262.0),
+        (803, 2670.0),
+        (878, 2081.2),
+        (938, 1338.8),
+        (1013, 2618.8),
+        (1073, 2234.8),
+        (1133, 1262.0),
+        (1208, 2311.6),
+    ];
+    let history: Vec<DemandSample> = steps
+        .iter()
+        .map(|&(second, rate)| DemandSample {
+            at: at(second),
+            rate,
+        })
+        .collect();
+    let replay = Replay::new(&history, at(1238), 1238.0, 15.0);
+    let mut at_peak = inputs(&replay, 36_000.0, 14.0, 2311.6, 3);
+    at_peak.per_replica_rate = 576.0;
+    at_peak.partitions = 64;
+    at_peak.cap = 32;
+    at_peak.current_run_seconds = 30.0;
+    at_peak.capacity_is_lower_bound = true;
+    at_peak.backlog_rising = true;
+    at_peak.changed_seconds_ago = Some(270.0);
+    let periodic = PlanSettings {
+        drain_limit: 297.0,
+        pod_start: 45.0,
+        rebalance: 4.0,
+        horizon: 619.0,
+        down_delay: 60.0,
+        ..settings()
+    };
+    let p = plan(&at_peak, &periodic);
+    assert_eq!((p.replicas, p.reason), (3, PlanReason::Holding), "{p:?}");
+}

@@ -519,8 +519,9 @@ fn a_held_class_backlog_does_not_make_idle_consumers_look_saturated() {
 }
 
 /// Load that alternates every 3 minutes between 500/s and 2000/s with the deadline far away:
-/// without a cap the budget follows it; with `maxChangesPerHour` it changes at most that often
-/// in any hour, and says why it holds.
+/// without a cap the budget follows it until it has seen it alternate (more than the cap's
+/// changes within minutes); with `maxChangesPerHour` it changes at most that often in any
+/// hour, and says why it holds.
 #[test]
 fn the_change_cap_holds_optional_changes_and_says_why() {
     let run = |cap: Option<u32>| {
@@ -549,7 +550,7 @@ fn the_change_cap_holds_optional_changes_and_says_why() {
         (changes, held)
     };
     let (free, held) = run(None);
-    assert!(free.len() > 10 && !held, "{free:?}");
+    assert!(free.len() > 3 && !held, "{free:?}");
     let (capped, held) = run(Some(3));
     assert!(held, "the hold is explained");
     for start in &capped {
