@@ -14,9 +14,9 @@ use super::stabilization::seconds_between;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EconomyRun {
     pub since: Timestamp,
-    /// The load when it began, in replicas' worth of work (λ / per-replica rate): leaving
-    /// it at a higher load (more arrivals, or slower consumers) is a new load, not the end
-    /// of the room.
+    /// The load when it began, in replicas' worth of work (λ / per-replica rate), its
+    /// recent peaks included: leaving it at a higher load (more arrivals, or slower
+    /// consumers) is a new load, not the end of the room; at a peak that returns it is.
     pub load: f64,
 }
 
@@ -41,8 +41,8 @@ pub fn allowed(memory: &EconomyMemory, dwell_seconds: f64, now: Timestamp) -> bo
 }
 
 /// The memory after a decision: `falls_behind` says whether the chosen count completes less
-/// than today's λ, `scaled_up` whether the decision raised the count, `load` is λ / the
-/// per-replica rate.
+/// than today's λ, `scaled_up` whether the decision raised the count, `load` is λ (or the
+/// recent past's peak, if higher) / the per-replica rate.
 ///
 /// Any count held while it falls behind spends the room, also one the budget found running
 /// or raised to: a scale-up out of it at the same load closes economy like the end of a
@@ -55,22 +55,31 @@ pub fn record(
     load: f64,
     now: Timestamp,
 ) -> EconomyMemory {
+    let room_used = |run: &EconomyRun| scaled_up && load <= run.load * (1.0 + SAME_LOAD_SHARE);
     match (memory.run, falls_behind) {
+        // Raised to a count that still falls behind (a peak above what the next count
+        // completes): the room is used all the same, or economy would end at the next
+        // trough without a scale-up and be entered again at once.
         (Some(run), true) => EconomyMemory {
             run: Some(run),
-            ..*memory
+            left_at: if room_used(&run) {
+                Some(now)
+            } else {
+                memory.left_at
+            },
         },
         (None, true) => EconomyMemory {
             run: Some(EconomyRun { since: now, load }),
             ..*memory
         },
-        (Some(run), false) => {
-            let room_used = scaled_up && load <= run.load * (1.0 + SAME_LOAD_SHARE);
-            EconomyMemory {
-                run: None,
-                left_at: if room_used { Some(now) } else { memory.left_at },
-            }
-        }
+        (Some(run), false) => EconomyMemory {
+            run: None,
+            left_at: if room_used(&run) {
+                Some(now)
+            } else {
+                memory.left_at
+            },
+        },
         (None, false) => *memory,
     }
 }
@@ -105,6 +114,18 @@ mod tests {
             assert_eq!((left.run, left.left_at), (None, None));
             assert!(allowed(&left, 3600.0, at(1300)));
         }
+    }
+
+    #[test]
+    fn a_raise_to_a_count_still_behind_uses_the_room() {
+        // Entered at a trough, raised at the returning peak to a count that still falls
+        // behind it, ended at the next trough with no change: the room was used at the raise.
+        let entered = record(&EconomyMemory::default(), true, false, 4.7, at(0));
+        let raised = record(&entered, true, true, 4.7, at(60));
+        assert_eq!(raised.left_at, Some(at(60)));
+        let ended = record(&raised, false, false, 4.7, at(150));
+        assert_eq!((ended.run, ended.left_at), (None, Some(at(60))));
+        assert!(!allowed(&ended, 3600.0, at(200)));
     }
 
     #[test]

@@ -1164,7 +1164,10 @@ fn scale(
                 &memory.economy,
                 group_capacity(target, values.partitions, capacity) < lambda,
                 target > current,
-                lambda / capacity,
+                // The peaks of the recent past are part of the load economy is entered
+                // under (its scale-down was judged to carry them): leaving it at one that
+                // returns is its room used, not a new load.
+                lambda.max(recent.peak()) / capacity,
                 now,
             ),
             probed_at: if planned.reason == PlanReason::Probe && target < current {
