@@ -51,7 +51,8 @@ pub struct CapacityEvidence {
     /// the backlog. It reacts within a poll where the completion rate still averages its
     /// window: a fast drain proves a recovered consumer at once, and a scale-up's drain what
     /// consumers never seen saturated can do. Set only where no more replicas than the ready
-    /// ones can have worked since the previous poll, so per ready replica it never overstates.
+    /// ones can have worked since the previous poll, so the drop per ready replica never
+    /// overstates one; the arrivals added to it are λ's only after a whole steady window.
     pub completed_at_least: Option<f64>,
     /// Completions per second of the whole group shown by the backlog's change under a steady
     /// λ while every partition has work, since the previous poll: arrivals minus the rise.
