@@ -16,10 +16,12 @@
 //!   the load alternates, the count kept up with then is the forecast's mean, not today's
 //!   peak. Every change pays its rebalance.
 //! - **Change** to the cheapest count the deadline allows: up to any count that leaves time to
-//!   act (even one still behind λ), down to one that also keeps a margin below the limit and
-//!   carries a peak that has returned lately (a load that alternates is not chased down at
-//!   its trough; a one-off peak is not expected back). When holding fails, the cheapest count
-//!   that brings the age back below the limit; the cap when none does.
+//!   act (even one still behind λ, if it leaves that time for as long as a reaction takes:
+//!   one replaced before its pods work buys a rebalance and nothing else), down to one that
+//!   also keeps a margin below the limit and carries a peak that has returned lately (a load
+//!   that alternates is not chased down at its trough; a one-off peak is not expected back).
+//!   When holding fails, the cheapest count that brings the age back below the limit; the
+//!   cap when none does.
 //! - **Economy** is a count that completes less than λ, entered by a scale-down: only when it
 //!   keeps the margin over the whole horizon, saves a tenth of what the keep-up count costs,
 //!   and economy was not left within `economy_dwell` at about the same load
@@ -220,7 +222,7 @@ fn plan_for_queue(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     let keep_up_cost = planner.keep_up_count().map(|k| planner.cost(k, hold_limit));
     let higher = planner
         .useful(current.saturating_add(1), inputs.cap)
-        .filter(|&k| planner.holds(k, up_limit))
+        .filter(|&k| planner.holds(k, up_limit) && planner.works_before_replaced(k, hold_limit))
         .map(|k| (k, planner.cost(k, hold_limit)))
         .filter(|&(k, cost)| planner.economy_worth(k, cost, keep_up_cost))
         .map(|(k, cost)| (k, cost + settings.rebalance * f64::from(k)))
@@ -554,17 +556,8 @@ impl Planner<'_, '_> {
     /// rebalance.
     fn cost(&self, replicas: u32, limit: f64) -> f64 {
         let window = self.cost_window();
-        let react = self.reaction_seconds();
-        let outlook = predict_watching(
-            self.inputs.queue,
-            |t| self.persisting(t),
-            |t| self.transition(self.inputs.ready, replicas, t),
-            window,
-            (window / 150.0).max(1.0),
-            (limit - react).max(0.0),
-        );
-        let after = outlook
-            .reached_at
+        let after = self
+            .leaves_time_to_act_for(replicas, limit)
             .filter(|&at| at < window)
             .map(|at| (at, self.carries_rest_of_window(replicas, at, window)));
         match after {
@@ -575,6 +568,33 @@ impl Planner<'_, '_> {
             }
             _ => f64::from(replicas) * window,
         }
+    }
+
+    /// How long `replicas`, run from now under the forecast, leaves time to act before the
+    /// oldest age passes `limit` (none: for the whole cost window).
+    fn leaves_time_to_act_for(&self, replicas: u32, limit: f64) -> Option<f64> {
+        let window = self.cost_window();
+        predict_watching(
+            self.inputs.queue,
+            |t| self.persisting(t),
+            |t| self.transition(self.inputs.ready, replicas, t),
+            window,
+            (window / 150.0).max(1.0),
+            (limit - self.reaction_seconds()).max(0.0),
+        )
+        .reached_at
+    }
+
+    /// A count that falls behind λ is worth asking for only if it can work before it must
+    /// be replaced: asked for now, it must leave time to act until its pods have started,
+    /// the group has rebalanced and a decision has seen it. One replaced sooner pays a
+    /// rebalance (the whole group stops) for nothing, and repeated at each poll it is a
+    /// staircase of scale-ups through a single peak.
+    fn works_before_replaced(&self, replicas: u32, limit: f64) -> bool {
+        self.capacity(replicas) >= self.inputs.produce_rate
+            || self
+                .leaves_time_to_act_for(replicas, limit)
+                .is_none_or(|at| at >= self.reaction_seconds())
     }
 
     /// The count that takes over from `replicas` at `from` for the rest of the cost window.

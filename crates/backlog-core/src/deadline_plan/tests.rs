@@ -567,3 +567,52 @@ fn a_peak_of_a_load_that_alternates_is_not_priced_as_lasting() {
     let p = plan(&at_peak, &periodic);
     assert_eq!((p.replicas, p.reason), (3, PlanReason::Holding), "{p:?}");
 }
+
+#[test]
+fn a_count_replaced_before_it_works_is_not_asked_for() {
+    // Captured two minutes into a peak of 4151/s over a base of 685/s: 48 partitions, 429/s
+    // a replica, 12 keep up. 6 were asked for half a minute ago (5 ready) and the oldest
+    // event is 205 s old. 7 would hold only until the next poll: asked for, it was replaced
+    // by 8 a poll later, then 10, each a rebalance that stopped the whole group, before its
+    // pods had even started. A count that falls behind is asked for only if it works first.
+    let history: Vec<DemandSample> = [
+        (0, 685.0),
+        (355, 4719.0),
+        (490, 3576.0),
+        (595, 746.7),
+        (1330, 1203.0),
+        (1435, 685.0),
+        (2350, 4151.0),
+    ]
+    .iter()
+    .map(|&(second, rate)| DemandSample {
+        at: at(second),
+        rate,
+    })
+    .collect();
+    let replay = Replay::new(&history, at(2470), 2470.0, 15.0);
+    let down_waits = [300.0; 6];
+    let mut peak = inputs(&replay, 850_955.0, 205.0, 4151.0, 6);
+    peak.per_replica_rate = 429.0;
+    peak.partitions = 48;
+    peak.cap = 24;
+    peak.ready = 5;
+    peak.current_run_seconds = 120.0;
+    peak.economy_allowed = false;
+    peak.down_waits = &down_waits;
+    peak.backlog_rising = true;
+    peak.measurement_seconds = 260.0;
+    peak.changed_seconds_ago = Some(30.0);
+    peak.raised_under = Some(280.0);
+    let spiky = PlanSettings {
+        drain_limit: 427.0,
+        pod_start: 45.0,
+        rebalance: 20.0,
+        horizon: 1235.0,
+        down_delay: 300.0,
+        ..settings()
+    };
+    let p = plan(&peak, &spiky);
+    assert_eq!((p.replicas, p.reason), (12, PlanReason::ScaleUp), "{p:?}");
+    assert!(!p.falls_behind);
+}
