@@ -9,16 +9,24 @@ fn at(seconds: i64) -> Timestamp {
 
 /// A history of `rates`, one per 30 s bucket, ending now (t = 30 × len).
 fn recent(rates: &[f64]) -> Replay {
-    let history: Vec<DemandSample> = rates
+    let steps: Vec<(i64, f64)> = rates
         .iter()
         .enumerate()
-        .map(|(i, rate)| DemandSample {
-            at: at(30 * i as i64),
-            rate: *rate,
+        .map(|(i, rate)| (30 * i as i64, *rate))
+        .collect();
+    replay_of(&steps, 30 * rates.len() as i64)
+}
+
+/// The demand history of `steps` (second, rate), replayed from `now` seconds over all of it.
+fn replay_of(steps: &[(i64, f64)], now: i64) -> Replay {
+    let history: Vec<DemandSample> = steps
+        .iter()
+        .map(|&(second, rate)| DemandSample {
+            at: at(second),
+            rate,
         })
         .collect();
-    let now = at(30 * rates.len() as i64);
-    Replay::new(&history, now, 30.0 * rates.len() as f64, 15.0)
+    Replay::new(&history, at(now), now as f64, 15.0)
 }
 
 /// A 10-minute deadline with the default warning fraction (limit 5 minutes), 15 s polls,
@@ -540,14 +548,7 @@ fn a_peak_of_a_load_that_alternates_is_not_priced_as_lasting() {
         (1133, 1262.0),
         (1208, 2311.6),
     ];
-    let history: Vec<DemandSample> = steps
-        .iter()
-        .map(|&(second, rate)| DemandSample {
-            at: at(second),
-            rate,
-        })
-        .collect();
-    let replay = Replay::new(&history, at(1238), 1238.0, 15.0);
+    let replay = replay_of(&steps, 1238);
     let mut at_peak = inputs(&replay, 36_000.0, 14.0, 2311.6, 3);
     at_peak.per_replica_rate = 576.0;
     at_peak.partitions = 64;
@@ -575,22 +576,18 @@ fn a_count_replaced_before_it_works_is_not_asked_for() {
     // event is 205 s old. 7 would hold only until the next poll: asked for, it was replaced
     // by 8 a poll later, then 10, each a rebalance that stopped the whole group, before its
     // pods had even started. A count that falls behind is asked for only if it works first.
-    let history: Vec<DemandSample> = [
-        (0, 685.0),
-        (355, 4719.0),
-        (490, 3576.0),
-        (595, 746.7),
-        (1330, 1203.0),
-        (1435, 685.0),
-        (2350, 4151.0),
-    ]
-    .iter()
-    .map(|&(second, rate)| DemandSample {
-        at: at(second),
-        rate,
-    })
-    .collect();
-    let replay = Replay::new(&history, at(2470), 2470.0, 15.0);
+    let replay = replay_of(
+        &[
+            (0, 685.0),
+            (355, 4719.0),
+            (490, 3576.0),
+            (595, 746.7),
+            (1330, 1203.0),
+            (1435, 685.0),
+            (2350, 4151.0),
+        ],
+        2470,
+    );
     let down_waits = [300.0; 6];
     let mut peak = inputs(&replay, 850_955.0, 205.0, 4151.0, 6);
     peak.per_replica_rate = 429.0;
