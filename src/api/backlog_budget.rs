@@ -312,6 +312,13 @@ pub struct Scaling {
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.rebalanceCost"))]
     pub rebalance_cost: String,
+    /// How long a new consumer pod takes from a scale-up to consuming, e.g. 90s for a slow
+    /// image or a JVM warm-up: plans assume it until the operator has seen a scale-up's pods
+    /// become ready, then use the last start seen (status.podStartSeconds). Default 30s.
+    #[serde(default = "default_pod_start_time")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = non_negative_duration("scaling.podStartTime"))]
+    pub pod_start_time: String,
     /// Most replica changes in any hour (each is a consumer-group rebalance), besides the
     /// ones the deadline needs: a correction into [minReplicas, the cap], or a scale-up while
     /// events are past the warning fraction or the backlog cannot drain. Default: no cap.
@@ -338,6 +345,7 @@ impl Default for Scaling {
             scale_down_stabilization: default_scale_down_stabilization(),
             max_step: 0,
             rebalance_cost: zero_duration(),
+            pod_start_time: default_pod_start_time(),
             max_changes_per_hour: None,
             economy_dwell: default_economy_dwell(),
         }
@@ -352,6 +360,9 @@ fn default_scale_down_stabilization() -> String {
     // one step to the window's highest recommendation, so a shorter hold does not flap and
     // idles fewer replicas after a burst.
     "3m".to_owned()
+}
+fn default_pod_start_time() -> String {
+    crate::core::budget_config::default_pod_start_time()
 }
 fn default_economy_dwell() -> String {
     crate::core::budget_config::default_economy_dwell()

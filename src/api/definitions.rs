@@ -124,6 +124,7 @@ impl From<&Scaling> for ScalingDefinition {
             scale_down_stabilization: scaling.scale_down_stabilization.clone(),
             max_step: scaling.max_step,
             rebalance_cost: scaling.rebalance_cost.clone(),
+            pod_start_time: scaling.pod_start_time.clone(),
             max_changes_per_hour: scaling.max_changes_per_hour,
             economy_dwell: scaling.economy_dwell.clone(),
         }

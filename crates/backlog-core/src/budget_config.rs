@@ -66,6 +66,9 @@ pub struct ScalingDefinition {
     pub max_step: i32,
     #[serde(default = "zero_duration")]
     pub rebalance_cost: String,
+    /// How long a new consumer pod takes to start, assumed until one start is seen.
+    #[serde(default = "default_pod_start_time")]
+    pub pod_start_time: String,
     /// Most changes in any hour, besides the ones the deadline needs; none = no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_changes_per_hour: Option<i32>,
@@ -82,6 +85,7 @@ impl Default for ScalingDefinition {
             scale_down_stabilization: default_scale_down_stabilization(),
             max_step: 0,
             rebalance_cost: zero_duration(),
+            pod_start_time: default_pod_start_time(),
             max_changes_per_hour: None,
             economy_dwell: default_economy_dwell(),
         }
@@ -122,6 +126,10 @@ fn default_scale_down_stabilization() -> String {
 pub fn default_economy_dwell() -> String {
     "1h".to_owned()
 }
+/// The default `spec.scaling.podStartTime`.
+pub fn default_pod_start_time() -> String {
+    "30s".to_owned()
+}
 fn zero_duration() -> String {
     "0s".to_owned()
 }
@@ -152,6 +160,8 @@ pub struct BudgetConfig {
     /// 0 = unlimited.
     pub max_step: u32,
     pub rebalance_cost_seconds: f64,
+    /// How long a new pod takes to start until one start is seen (`scaling.podStartTime`).
+    pub pod_start_seconds: f64,
     /// Most changes in any hour besides the necessary ones; `None` = no cap.
     pub max_changes_per_hour: Option<u32>,
     /// How long after economy ended it may not be entered again; 0 = economy off.
@@ -291,6 +301,10 @@ impl BudgetConfig {
                 "scaling.rebalanceCost",
                 &scaling.rebalance_cost,
             )?,
+            pod_start_seconds: non_negative_seconds(
+                "scaling.podStartTime",
+                &scaling.pod_start_time,
+            )?,
             max_changes_per_hour,
             economy_dwell_seconds: non_negative_seconds(
                 "scaling.economyDwell",
@@ -328,6 +342,7 @@ pub fn example() -> BudgetConfig {
         scale_down_stabilization_seconds: 300.0,
         max_step: 0,
         rebalance_cost_seconds: 0.0,
+        pod_start_seconds: 30.0,
         max_changes_per_hour: None,
         economy_dwell_seconds: 3600.0,
         per_replica_rate: Some(250.0),

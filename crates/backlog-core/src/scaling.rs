@@ -33,9 +33,6 @@ pub const SCALING_ACTIVE: &str = "ScalingActive";
 pub const CONFLICT: &str = "Conflict";
 pub const PARTITION_SKEW: &str = "PartitionSkew";
 
-/// Pod start time assumed until one is observed.
-const DEFAULT_POD_START_SECONDS: f64 = 30.0;
-
 /// One poll's inputs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScalingInputs {
@@ -773,15 +770,15 @@ fn prior_test_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
 /// default), a rebalance.
 fn reaction_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
     2.0 * config.poll_interval_seconds
-        + assumed_pod_start_seconds(memory)
+        + assumed_pod_start_seconds(config, memory)
         + config.rebalance_cost_seconds
 }
 
-/// How long a pod takes to start: the last start seen, else [`DEFAULT_POD_START_SECONDS`].
-fn assumed_pod_start_seconds(memory: &ScalingMemory) -> f64 {
+/// How long a pod takes to start: the last start seen, else `scaling.podStartTime`.
+fn assumed_pod_start_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
     memory
         .pod_start_seconds
-        .unwrap_or(DEFAULT_POD_START_SECONDS)
+        .unwrap_or(config.pod_start_seconds)
         .max(0.0)
 }
 
@@ -874,7 +871,7 @@ fn scale(
         }
         .as_oldest_partition_sees_it(lambda),
     };
-    let pod_start = assumed_pod_start_seconds(memory);
+    let pod_start = assumed_pod_start_seconds(config, memory);
     let starting_in = match memory.pods_pending_since {
         Some(since) if ready < bounded => (pod_start - seconds_between(since, now)).max(0.0),
         _ => pod_start,

@@ -1267,3 +1267,26 @@ fn a_drain_after_a_scale_up_raises_a_bound_never_measured_saturated() {
     let bound = d.memory.capacity.map(|m| m.per_replica_rate);
     assert_eq!(bound, Some(500.0), "{}", d.explanation);
 }
+
+#[test]
+fn a_declared_pod_start_is_assumed_until_one_is_seen() {
+    // 4 replicas complete 1000/s of 1400/s arriving, over a queue whose oldest event is
+    // 200 s old under a 300 s age limit. Pods that start in 30 s (the default) leave time to
+    // act at the next decision; pods declared to take 4 minutes do not: the scale-up is now.
+    let behind = inputs(40_000.0, 1400.0, 200.0, 4);
+    let slow_pods = BudgetConfig {
+        pod_start_seconds: 240.0,
+        ..config()
+    };
+    let fast = decide(&config(), &behind, &ScalingMemory::default(), at(0));
+    let slow = decide(&slow_pods, &behind, &ScalingMemory::default(), at(0));
+    assert_eq!(fast.desired, 4, "{}", fast.explanation);
+    assert!(slow.desired > 4, "{}", slow.explanation);
+    // Once a start has been seen, it is what the plan assumes, whatever was declared.
+    let seen = ScalingMemory {
+        pod_start_seconds: Some(30.0),
+        ..ScalingMemory::default()
+    };
+    let measured = decide(&slow_pods, &behind, &seen, at(0));
+    assert_eq!(measured.desired, fast.desired, "{}", measured.explanation);
+}
