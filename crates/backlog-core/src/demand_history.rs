@@ -55,6 +55,29 @@ pub fn record(
     kept
 }
 
+/// The history as a series younger than its rate window shows it: Prometheus' `rate()` reads
+/// such a series low, and a workload started with its budget is one. While the history is
+/// younger than `young_seconds`, a λ above every earlier run says the load was at least that
+/// all along, so it replaces them as one run from the history's start: the earlier, lower
+/// readings are not a past the load returns to. A lower λ is news and is left to [`record`].
+pub fn lifted_while_young(
+    history: &[DemandSample],
+    rate: f64,
+    now: Timestamp,
+    young_seconds: f64,
+) -> Vec<DemandSample> {
+    let Some(first) = history.first() else {
+        return Vec::new();
+    };
+    let young = seconds_between(first.at, now) < young_seconds;
+    let above_all = rate.is_finite() && history.iter().all(|run| rate > run.rate);
+    if young && above_all {
+        vec![DemandSample { at: first.at, rate }]
+    } else {
+        history.to_vec()
+    }
+}
+
 /// Shortest run for a window: the window in at most `MAX_RUNS` runs.
 pub fn min_run_seconds(window_seconds: f64, poll_seconds: f64) -> f64 {
     (window_seconds / MAX_RUNS as f64)
@@ -314,6 +337,30 @@ mod tests {
         let top = replay.peak_above(2000.0).expect("λ rose above 2000/s");
         assert_eq!((top.span(), top.rate_at(0.0)), (60.0, 3000.0));
         assert_eq!(replay.peak_above(3000.0), None);
+    }
+
+    #[test]
+    fn a_rise_while_the_series_is_young_replaces_the_lower_readings() {
+        // A workload started with its budget: the rate over a young series climbs for a
+        // window (here 10 s) while the load is 3000/s throughout.
+        let mut history = Vec::new();
+        for (second, rate) in [(0, 900.0), (3, 1800.0), (6, 2700.0)] {
+            history = lifted_while_young(&history, rate, at(second), 12.0);
+            history = record(&history, rate, at(second), 360.0, 1.0);
+        }
+        assert_eq!(
+            history,
+            vec![DemandSample {
+                at: at(0),
+                rate: 2700.0
+            }]
+        );
+        // A fall is news, young or not.
+        let fallen = lifted_while_young(&history, 1000.0, at(9), 12.0);
+        assert_eq!(record(&fallen, 1000.0, at(9), 360.0, 1.0).len(), 2);
+        // Once the history is older than the window, a rise is a new run.
+        let old = lifted_while_young(&history, 5000.0, at(12), 12.0);
+        assert_eq!(record(&old, 5000.0, at(12), 360.0, 1.0).len(), 2);
     }
 
     proptest! {

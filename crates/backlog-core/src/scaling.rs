@@ -810,10 +810,8 @@ fn scale(
     // return. But its rates may come from series younger than their window (a workload
     // started with its budget), which Prometheus' rate() reads low: a scale-down waits one
     // rate window from the first poll instead of a whole stabilization window.
-    let down_window = if memory.is_new_budget(
-        now,
-        rate_window_seconds(config) + config.poll_interval_seconds,
-    ) {
+    let young_seconds = rate_window_seconds(config) + config.poll_interval_seconds;
+    let down_window = if memory.is_new_budget(now, young_seconds) {
         rate_window_seconds(config).min(config.scale_down_stabilization_seconds)
     } else {
         config.scale_down_stabilization_seconds
@@ -823,13 +821,13 @@ fn scale(
     let min_run = demand_history::min_run_seconds(window, config.poll_interval_seconds);
     // The history keeps λ as queried: a rise the backlog shows first is this poll's news,
     // and the window confirms it (or not) before it becomes a peak that may recur.
-    let demand = demand_history::record(
+    let lifted = demand_history::lifted_while_young(
         &memory.demand,
         values.queried_produce_rate,
         now,
-        window,
-        min_run,
+        young_seconds,
     );
+    let demand = demand_history::record(&lifted, values.queried_produce_rate, now, window, min_run);
     let recent = Replay::new(&demand, now, window, config.poll_interval_seconds);
 
     // A hot partition (a backlog below a second of arrivals is in flight, not skew). When it

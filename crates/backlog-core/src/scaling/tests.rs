@@ -1290,3 +1290,55 @@ fn a_declared_pod_start_is_assumed_until_one_is_seen() {
     let measured = decide(&slow_pods, &behind, &seen, at(0));
     assert_eq!(measured.desired, fast.desired, "{}", measured.explanation);
 }
+
+#[test]
+fn a_load_above_the_cap_read_through_a_young_series_gets_the_cap_at_once() {
+    // A workload started with its budget, at 30× (a 20 s deadline, 1 s polls, a 5 s rate
+    // window): λ arrives from the start, above the 72k/s that 12 partitions of 6k/s
+    // complete, while Prometheus' rate over the young series climbs for up to its window.
+    // The climb is not a lower past the load returns to: at the first poll that reads λ at
+    // or above what the cap completes, the budget asks for the cap and says the backlog can
+    // never catch up, whatever it asked for before.
+    let c = BudgetConfig {
+        deadline_seconds: 20.0,
+        poll_interval_seconds: 1.0,
+        rate_window_seconds: 5.0,
+        pod_start_seconds: 1.0,
+        rebalance_cost_seconds: 0.33,
+        target_drain_seconds: 10.0,
+        scale_down_stabilization_seconds: 10.0,
+        per_replica_rate: Some(6000.0),
+        ..config()
+    };
+    for lambda in [75_000.0, 80_000.0, 90_000.0, 120_000.0] {
+        for climb_seconds in [2.0, 3.0, 5.0] {
+            let mut memory = ScalingMemory::default();
+            let mut replicas = 2;
+            let mut backlog = 0.0;
+            let crossed = (0..=10).find_map(|second| {
+                let read = lambda * (f64::from(second + 1) / climb_seconds).min(1.0);
+                let d = decide(
+                    &c,
+                    &inputs(backlog, read, f64::from(second), replicas),
+                    &memory,
+                    at(i64::from(second)),
+                );
+                if read >= 72_000.0 {
+                    return Some(d);
+                }
+                assert_ne!(d.phase, BudgetPhase::Undrainable, "{}", d.explanation);
+                backlog += lambda - 6000.0 * f64::from(replicas);
+                replicas = d.desired;
+                memory = d.memory;
+                None
+            });
+            let d = crossed.expect("λ is read above what the cap completes");
+            assert_eq!(
+                (d.desired, d.phase),
+                (12, BudgetPhase::Undrainable),
+                "λ {lambda}/s read through a {climb_seconds} s climb: {}",
+                d.explanation
+            );
+        }
+    }
+}
