@@ -286,7 +286,8 @@ pub struct Capacity {
 #[serde(rename_all = "camelCase")]
 pub struct Scaling {
     /// The longest the events waiting now may wait before they complete: every plan clears
-    /// them within it. An upper bound, not the speed every backlog is drained at; default 5m.
+    /// them within it, or within a poll of when added pods work if they start later. An
+    /// upper bound, not the speed every backlog is drained at; default 5m.
     #[serde(default = "default_target_drain_time")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("scaling.targetDrainTime"))]

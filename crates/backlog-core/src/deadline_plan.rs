@@ -30,10 +30,11 @@
 //! - Past the critical fraction of the deadline, the cap until the age is back.
 //!
 //! `targetDrainTime` bounds how long the events waiting now may wait: every plan completes
-//! them within it. It is not the speed every backlog is drained at. A queue that a count
-//! only just keeps up with may stay behind them, but only while its age leaves a spike the
-//! time a reaction takes (two polls, a pod start, a rebalance) before the critical age;
-//! otherwise it must be gone within `targetDrainTime`.
+//! them within it, or within a poll of when a scale-up asked for now works where its pods
+//! start and rebalance later than that (no count drains sooner). It is not the speed every
+//! backlog is drained at. A queue that a count only just keeps up with may stay behind
+//! them, but only while its age leaves a spike the time a reaction takes (two polls, a pod
+//! start, a rebalance) before the critical age; otherwise it must be gone by then.
 
 use super::demand_history::Replay;
 use super::drain::{group_capacity, skewed_group_capacity};
@@ -92,7 +93,8 @@ pub struct PlanSettings {
     pub age_limit: f64,
     /// criticalAt × deadline: past it, every replica the cap allows works until it recovers.
     pub critical_age: f64,
-    /// targetDrainTime: the events waiting now complete within it.
+    /// targetDrainTime: the events waiting now complete within it (or within a poll of when
+    /// a scale-up asked for now works, if that is later).
     pub drain_limit: f64,
     pub poll: f64,
     pub pod_start: f64,
@@ -523,7 +525,7 @@ impl Planner<'_, '_> {
     }
 
     /// Running `now` until the next decision and `then` from it leaves a spike the time a
-    /// reaction takes before the critical age: the queue is gone by the drain limit (no more
+    /// reaction takes before the critical age: the queue is gone by [`Self::drain_by`] (no more
     /// than a poll's arrivals wait), or the age it keeps is that far below the critical age.
     /// A count that only just keeps up completes the events waiting now, but the queue
     /// behind them stays with its age; where a pod start and a rebalance are a large share
@@ -538,7 +540,7 @@ impl Planner<'_, '_> {
         }
         let lambda = self.inputs.produce_rate;
         let poll = self.settings.poll;
-        let within = self.settings.drain_limit.max(poll);
+        let within = self.drain_by();
         let outlook = self.predict(now, then, &|_| lambda, within);
         outlook.end_backlog <= lambda * poll
             || outlook.end_age + reaction <= self.settings.critical_age
@@ -696,7 +698,7 @@ impl Planner<'_, '_> {
     }
 
     /// Running `now` until the next decision and `then` from it keeps the oldest age below
-    /// `age_limit` over `horizon` and completes what waits now within the drain limit.
+    /// `age_limit` over `horizon` and completes what waits now by [`Self::drain_by`].
     fn keeps_then(
         &self,
         now: u32,
@@ -706,10 +708,21 @@ impl Planner<'_, '_> {
         horizon: f64,
     ) -> bool {
         let outlook = self.predict(now, then, arrivals, horizon);
-        outlook.peak_age <= age_limit
-            && outlook
-                .drained_at
-                .is_some_and(|t| t <= self.settings.drain_limit.max(self.settings.poll))
+        let drain_by = self.drain_by();
+        outlook.peak_age <= age_limit && outlook.drained_at.is_some_and(|t| t <= drain_by)
+    }
+
+    /// When what waits now must be complete: the drain limit, but no sooner than a poll after
+    /// a scale-up asked for now works (its pods start, the group rebalances). A limit that
+    /// ends before then is met by no count, and every backlog that needed more replicas went
+    /// to the cap. The same for every count: measured from each count's own start, a count
+    /// asked for later would be granted more time than one whose pods are already starting,
+    /// and every poll would ask for more.
+    fn drain_by(&self) -> f64 {
+        let settings = self.settings;
+        settings
+            .drain_limit
+            .max(settings.pod_start + settings.rebalance + settings.poll)
     }
 
     /// `now` until the next decision, then `then`. The next decision may act on data a poll

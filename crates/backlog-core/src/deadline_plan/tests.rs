@@ -454,6 +454,25 @@ fn a_standing_queue_that_leaves_a_spike_no_room_is_drained() {
 }
 
 #[test]
+fn a_drain_limit_shorter_than_a_pod_start_does_not_send_a_small_queue_to_the_cap() {
+    // 4 replicas complete exactly the 1000/s arriving, over a 20 s old queue that leaves a
+    // spike too little room. The 30 s drain limit ends before any new pod works (45 s start,
+    // 5 s rebalance): judged from then, no count meets it and the queue went to the cap.
+    // Given a poll once the new pods work, 8 replicas drain it.
+    let replay = recent(&[1000.0; 24]);
+    let short_drain = PlanSettings {
+        drain_limit: 30.0,
+        pod_start: 45.0,
+        rebalance: 5.0,
+        ..tight_settings()
+    };
+    let p = plan(&inputs(&replay, 20_000.0, 20.0, 1000.0, 4), &short_drain);
+    assert_eq!((p.replicas, p.reason), (8, PlanReason::ScaleUp), "{p:?}");
+    assert!(p.outlook.peak_age <= short_drain.age_limit, "{p:?}");
+    assert_eq!(p.outlook.end_backlog, 0.0, "{p:?}");
+}
+
+#[test]
 fn a_standing_queue_that_leaves_room_to_react_is_held() {
     // The same queue under a 10-minute deadline: 45 s of age leaves the reaction its time.
     let replay = recent(&[1000.0; 24]);
@@ -612,4 +631,40 @@ fn a_count_replaced_before_it_works_is_not_asked_for() {
     let p = plan(&peak, &spiky);
     assert_eq!((p.replicas, p.reason), (12, PlanReason::ScaleUp), "{p:?}");
     assert!(!p.falls_behind);
+}
+
+#[test]
+fn pods_about_to_work_are_not_outbid_by_a_count_given_more_time_to_drain() {
+    // Captured from a consumer slowed to 593/s a replica under 2495/s, 64 partitions: 5 were
+    // asked for 75 s ago (4 ready, the new pod works in 15 s plus the rebalance) and keep up.
+    // The 42 s drain limit ends before any pod asked for now could work (90 s start). When a
+    // count's own start set how long it may take to drain, 6 was given 15 s more than the 5
+    // already starting, so it was asked for, then 7, 8, 10, 11, 13 and 16 at the next polls.
+    let replay = replay_of(&[(0, 2495.0)], 2370);
+    let down_waits = [300.0; 5];
+    let mut slowed = inputs(&replay, 107_285.0, 43.0, 2495.0, 5);
+    slowed.per_replica_rate = 592.8;
+    slowed.partitions = 64;
+    slowed.cap = 32;
+    slowed.ready = 4;
+    slowed.starting_in = 15.0;
+    slowed.current_run_seconds = 2370.0;
+    slowed.economy_allowed = false;
+    slowed.down_waits = &down_waits;
+    slowed.backlog_rising = true;
+    slowed.measurement_seconds = 298.0;
+    slowed.changed_seconds_ago = Some(75.0);
+    slowed.raised_under = Some(172.0);
+    let tight = PlanSettings {
+        age_limit: 60.0,
+        critical_age: 96.0,
+        drain_limit: 42.0,
+        pod_start: 90.0,
+        rebalance: 13.0,
+        horizon: 1228.0,
+        down_delay: 300.0,
+        ..settings()
+    };
+    let p = plan(&slowed, &tight);
+    assert_eq!((p.replicas, p.reason), (5, PlanReason::Holding), "{p:?}");
 }
