@@ -766,8 +766,8 @@ fn prior_test_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
         + reaction_seconds(config, memory)
 }
 
-/// From a decision to new pods working: two polls, a pod start (the last seen, else the
-/// default), a rebalance.
+/// From a decision to new pods working: two polls, a pod start (the last seen, else
+/// `scaling.podStartTime`), a rebalance.
 fn reaction_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
     2.0 * config.poll_interval_seconds
         + assumed_pod_start_seconds(config, memory)
