@@ -19,7 +19,8 @@
 //!   act (even one still behind λ, if it leaves that time for as long as a reaction takes:
 //!   one replaced before its pods work buys a rebalance and nothing else), down to one that
 //!   also keeps a margin below the limit and carries a peak that has returned lately (a load
-//!   that alternates is not chased down at its trough; a one-off peak is not expected back).
+//!   that alternates is not chased down at its trough, nor below its mean where a count
+//!   short of the peak's carries the mean; a one-off peak is not expected back).
 //!   When holding fails, the cheapest count that brings the age back below the limit; the
 //!   cap when none does.
 //! - **Economy** is a count that completes less than λ, entered by a scale-down: only when it
@@ -93,6 +94,8 @@ pub struct PlanSettings {
     pub age_limit: f64,
     /// criticalAt × deadline: past it, every replica the cap allows works until it recovers.
     pub critical_age: f64,
+    /// The completion deadline: a spike seen once must be met within it, should it return.
+    pub deadline: f64,
     /// targetDrainTime: the events waiting now complete within it (or within a poll of when
     /// a scale-up asked for now works, if that is later).
     pub drain_limit: f64,
@@ -421,6 +424,9 @@ impl Planner<'_, '_> {
         let Some(period) = self.inputs.recent.recurring_above(self.capacity(replicas)) else {
             return true;
         };
+        if !self.carries_mean_or_no_count_between(replicas, &period) {
+            return false;
+        }
         let poll = self.settings.poll;
         let lambda = self.inputs.produce_rate;
         let arrivals = |t: f64| {
@@ -433,6 +439,23 @@ impl Planner<'_, '_> {
         self.keeps(replicas, &arrivals, limit, self.settings.horizon)
     }
 
+    /// A count below the period's mean falls further behind every period, so it lasts only
+    /// until a scale-up, and then comes back: a cycle. That cycle is the cheaper way only
+    /// where the count that carries the mean also carries the peak; where a count in between
+    /// carries the mean, it is held instead.
+    fn carries_mean_or_no_count_between(&self, replicas: u32, period: &Replay) -> bool {
+        let mean = period.mean();
+        if self.capacity(replicas) >= KEEPS_UP_SHARE * mean {
+            return true;
+        }
+        let fewest_carrying = |rate: f64| {
+            self.useful(replicas, self.inputs.cap)
+                .find(|&k| self.capacity(k) >= KEEPS_UP_SHARE * rate)
+                .unwrap_or(self.inputs.cap)
+        };
+        fewest_carrying(mean) >= fewest_carrying(period.peak())
+    }
+
     /// Should λ return to the highest of the recent past right away, the count that carries
     /// it, asked for at the next decision, brings it back in time: a scale-down is only as
     /// safe as the way back (pods start, the group rebalances). A peak beyond what the cap
@@ -441,9 +464,10 @@ impl Planner<'_, '_> {
     /// A peak that rose above `replicas`' completions more than once lately, or lasted half
     /// the horizon or more, is taken to last the horizon and held to `limit`. A spike seen
     /// once is a guess about the future: it returns as long and as high as it was seen and
-    /// is held only to the critical age. Held to the stricter test, a short spike the budget
-    /// met once would keep the count it asked for until the spike leaves the demand window,
-    /// up to twice the horizon.
+    /// must only be met within the deadline: the line no event may cross, not the margins
+    /// kept for the load the plan expects. Held to a stricter test, a short spike the budget met once
+    /// would keep the count it asked for until the spike leaves the demand window, up to
+    /// twice the horizon: insurance against an age that stays within the deadline anyway.
     fn recovers_if_peak_returns(&self, replicas: u32, limit: f64) -> bool {
         let cap = self.inputs.cap;
         let lambda = self.inputs.produce_rate;
@@ -476,7 +500,7 @@ impl Planner<'_, '_> {
                     self.settings.horizon,
                 )
                 .peak_age
-                    <= self.settings.critical_age
+                    <= self.settings.deadline
             }
             None => {
                 let peak = self

@@ -22,14 +22,17 @@ pub const MAX_RUNS: usize = 24;
 const SAME_RUN_SHARE: f64 = 0.1;
 
 /// The history with `rate` observed at `now`: runs that ended before the window dropped, the
-/// rate merged into the newest run when it is about the same, or the start of a new one. A
-/// new run is opened at most every `min_run_seconds`, so the history covers the window.
+/// rate merged into the newest run when it is about the same, or the start of a new one.
+/// Beyond [`MAX_RUNS`], the two neighbouring runs that are shortest together become one (at
+/// the higher λ): a run holds its highest λ, so every merge widens a peak by the shorter
+/// run, and merging the shortest keeps a spike about as long as it was seen while the runs
+/// still cover the window. Runs of a fixed length instead widened a 100 s spike read
+/// through a 1-minute rate window to 180 s.
 pub fn record(
     history: &[DemandSample],
     rate: f64,
     now: Timestamp,
     window_seconds: f64,
-    min_run_seconds: f64,
 ) -> Vec<DemandSample> {
     let valid = |s: &DemandSample| s.rate.is_finite() && s.rate >= 0.0 && s.at <= now;
     let mut kept: Vec<DemandSample> = history.iter().copied().filter(valid).collect();
@@ -41,18 +44,29 @@ pub fn record(
         return kept;
     }
     match kept.last_mut() {
-        Some(last)
-            if (rate - last.rate).abs() <= SAME_RUN_SHARE * last.rate.max(rate)
-                || seconds_between(last.at, now) < min_run_seconds =>
-        {
+        Some(last) if (rate - last.rate).abs() <= SAME_RUN_SHARE * last.rate.max(rate) => {
             last.rate = last.rate.max(rate);
         }
+        Some(last) if last.at == now => last.rate = last.rate.max(rate),
         _ => kept.push(DemandSample { at: now, rate }),
     }
     while kept.len() > MAX_RUNS {
-        kept.remove(0);
+        merge_shortest_neighbours(&mut kept, now);
     }
     kept
+}
+
+/// Merges the two neighbouring runs that last the least together into the first of them.
+fn merge_shortest_neighbours(runs: &mut Vec<DemandSample>, now: Timestamp) {
+    let end = |i: usize| runs.get(i + 1).map_or(now, |next| next.at);
+    let shortest = (0..runs.len().saturating_sub(1)).min_by(|&a, &b| {
+        let together = |i: usize| seconds_between(runs[i].at, end(i + 1));
+        together(a).total_cmp(&together(b))
+    });
+    if let Some(i) = shortest {
+        let merged = runs.remove(i + 1);
+        runs[i].rate = runs[i].rate.max(merged.rate);
+    }
 }
 
 /// The history as a series younger than its rate window shows it: Prometheus' `rate()` reads
@@ -76,13 +90,6 @@ pub fn lifted_while_young(
     } else {
         history.to_vec()
     }
-}
-
-/// Shortest run for a window: the window in at most `MAX_RUNS` runs.
-pub fn min_run_seconds(window_seconds: f64, poll_seconds: f64) -> f64 {
-    (window_seconds / MAX_RUNS as f64)
-        .max(poll_seconds)
-        .max(1.0)
 }
 
 /// λ over the next seconds if the recent past (at most `window` long) repeats: `rate_at(t)`
@@ -251,12 +258,12 @@ mod tests {
             (45, 2000.0),
             (60, 500.0),
         ] {
-            history = record(&history, rate, at(second), 360.0, 15.0);
+            history = record(&history, rate, at(second), 360.0);
         }
         let rates: Vec<f64> = history.iter().map(|s| s.rate).collect();
         assert_eq!(rates, vec![1040.0, 2000.0, 500.0]);
         // A run that ended more than a window ago leaves.
-        history = record(&history, 500.0, at(410), 360.0, 15.0);
+        history = record(&history, 500.0, at(410), 360.0);
         let rates: Vec<f64> = history.iter().map(|s| s.rate).collect();
         assert_eq!(rates, vec![2000.0, 500.0]);
     }
@@ -346,7 +353,7 @@ mod tests {
         let mut history = Vec::new();
         for (second, rate) in [(0, 900.0), (3, 1800.0), (6, 2700.0)] {
             history = lifted_while_young(&history, rate, at(second), 12.0);
-            history = record(&history, rate, at(second), 360.0, 1.0);
+            history = record(&history, rate, at(second), 360.0);
         }
         assert_eq!(
             history,
@@ -357,10 +364,45 @@ mod tests {
         );
         // A fall is news, young or not.
         let fallen = lifted_while_young(&history, 1000.0, at(9), 12.0);
-        assert_eq!(record(&fallen, 1000.0, at(9), 360.0, 1.0).len(), 2);
+        assert_eq!(record(&fallen, 1000.0, at(9), 360.0).len(), 2);
         // Once the history is older than the window, a rise is a new run.
         let old = lifted_while_young(&history, 5000.0, at(12), 12.0);
-        assert_eq!(record(&old, 5000.0, at(12), 360.0, 1.0).len(), 2);
+        assert_eq!(record(&old, 5000.0, at(12), 360.0).len(), 2);
+    }
+
+    #[test]
+    fn a_full_history_keeps_a_spike_about_as_long_as_it_was_seen() {
+        // 20 minutes of a load that changes every minute fill the runs; then a 100 s spike
+        // to 14400/s read through a 1-minute rate window at 15 s polls, then the base.
+        let mut readings: Vec<f64> = (0..80)
+            .map(|i| if (i / 4) % 2 == 0 { 1000.0 } else { 3000.0 })
+            .collect();
+        readings.extend([
+            3200.0, 6000.0, 8800.0, 11600.0, 14400.0, 14400.0, 14400.0, 11600.0, 8800.0, 6000.0,
+        ]);
+        readings.extend([3200.0; 8]);
+        let mut history = Vec::new();
+        for (i, rate) in readings.iter().enumerate() {
+            history = record(&history, *rate, at(15 * i as i64), 1530.0);
+        }
+        assert_eq!(history.len(), MAX_RUNS);
+        let now = at(15 * readings.len() as i64);
+        let replay = Replay::new(&history, now, 1530.0, 15.0);
+        // The spike's readings: at 14400/s for 3 polls, and 1.0M events above the base.
+        let spike = replay.peak_above(3200.0).expect("λ rose above the base");
+        let top = replay.peak_above(14_000.0).map(|peak| peak.span());
+        assert!(top.is_some_and(|span| span <= 60.0), "{history:?}");
+        let extra: f64 = (0..spike.span() as u32)
+            .map(|t| spike.rate_at(f64::from(t)) - 3200.0)
+            .sum();
+        let read: f64 = readings[80..90]
+            .iter()
+            .map(|rate| (rate - 3200.0) * 15.0)
+            .sum();
+        assert!(
+            extra <= 1.3 * read,
+            "{extra} events above the base, read {read}"
+        );
     }
 
     proptest! {
@@ -368,7 +410,7 @@ mod tests {
         fn a_history_stays_bounded_and_ordered(rates in proptest::collection::vec(0.0..1e5f64, 1..300)) {
             let mut history = Vec::new();
             for (i, rate) in rates.iter().enumerate() {
-                history = record(&history, *rate, at(15 * i as i64), 720.0, 30.0);
+                history = record(&history, *rate, at(15 * i as i64), 720.0);
                 prop_assert!(history.len() <= MAX_RUNS);
                 prop_assert!(history.windows(2).all(|w| w[0].at < w[1].at));
             }

@@ -818,7 +818,6 @@ fn scale(
     };
 
     let window = demand_window_seconds(config);
-    let min_run = demand_history::min_run_seconds(window, config.poll_interval_seconds);
     // The history keeps λ as queried: a rise the backlog shows first is this poll's news,
     // and the window confirms it (or not) before it becomes a peak that may recur.
     let lifted = demand_history::lifted_while_young(
@@ -827,7 +826,7 @@ fn scale(
         now,
         young_seconds,
     );
-    let demand = demand_history::record(&lifted, values.queried_produce_rate, now, window, min_run);
+    let demand = demand_history::record(&lifted, values.queried_produce_rate, now, window);
     let recent = Replay::new(&demand, now, window, config.poll_interval_seconds);
 
     // A hot partition (a backlog below a second of arrivals is in flight, not skew). When it
@@ -877,6 +876,7 @@ fn scale(
     let settings = PlanSettings {
         age_limit: config.warning_at * config.deadline_seconds,
         critical_age: config.critical_at * config.deadline_seconds,
+        deadline: config.deadline_seconds,
         drain_limit: config.target_drain_seconds,
         poll: config.poll_interval_seconds,
         pod_start,

@@ -35,6 +35,7 @@ fn settings() -> PlanSettings {
     PlanSettings {
         age_limit: 300.0,
         critical_age: 480.0,
+        deadline: 600.0,
         drain_limit: 300.0,
         poll: 15.0,
         pod_start: 20.0,
@@ -181,6 +182,42 @@ fn an_alternating_load_is_not_chased_down_at_its_trough() {
 }
 
 #[test]
+fn a_count_below_an_alternating_load_s_mean_is_not_entered_where_one_between_carries_it() {
+    // 600/s and 2400/s alternating every 4 minutes (mean 1500/s), now at the trough with 8
+    // replicas (2000/s). 6 (1333/s) keep the age low for a while, but fall further behind
+    // every period until 16 must drain them: a cycle that costs more than holding 8.
+    let mut rates = Vec::new();
+    for _ in 0..3 {
+        rates.extend([600.0; 8]);
+        rates.extend([2400.0; 8]);
+    }
+    rates.extend([600.0; 4]);
+    let replay = recent(&rates);
+    let p = plan(&inputs(&replay, 0.0, 0.0, 600.0, 8), &settings());
+    assert_eq!((p.replicas, p.reason), (8, PlanReason::Holding), "{p:?}");
+    // At 600/s and 3800/s (mean 2200/s) the count that carries the mean, 16, is the one
+    // that carries the peak: no count holds the load steadily for less, so following it
+    // (8 until the backlog needs 16) is left to the costs.
+    let mut rates = Vec::new();
+    for _ in 0..3 {
+        rates.extend([600.0; 8]);
+        rates.extend([3800.0; 8]);
+    }
+    rates.extend([600.0; 4]);
+    let replay = recent(&rates);
+    let idle = inputs(&replay, 0.0, 0.0, 600.0, 16);
+    let planner = Planner {
+        inputs: &idle,
+        settings: &settings(),
+    };
+    let period = replay.recurring_above(2000.0);
+    assert!(
+        period.is_some_and(|period| planner.carries_mean_or_no_count_between(8, &period)),
+        "{replay:?}"
+    );
+}
+
+#[test]
 fn a_one_off_peak_does_not_hold_replicas_after_it() {
     // One 6-minute peak at 2000/s, over for 3 minutes: nothing says it comes back.
     let mut rates = vec![500.0; 12];
@@ -217,6 +254,55 @@ fn a_short_spike_seen_once_does_not_hold_the_cap_on_a_tight_deadline() {
         rates.extend([1000.0; 4]);
     }
     let p = after(&rates);
+    assert_eq!(p.replicas, 16, "{p:?}");
+}
+
+#[test]
+fn a_spike_seen_once_is_insured_against_only_up_to_the_deadline() {
+    // 1000/s, then a 2-minute spike two minutes ago, 1000/s since; the cap (4000/s) met it.
+    // A lower count is kept only if the spike, should it return as it was, is met within
+    // the 120 s deadline from it (the cap asked for a poll later).
+    let after_spike = |rate: f64, settings: &PlanSettings| {
+        let mut rates = vec![1000.0; 20];
+        rates.extend([rate; 4]);
+        rates.extend([1000.0; 4]);
+        let replay = recent(&rates);
+        let mut idle = inputs(&replay, 0.0, 0.0, 1000.0, 16);
+        idle.current_run_seconds = 120.0;
+        idle.down_waits = &[0.0; 17];
+        let p = plan(&idle, settings);
+        let spike = replay.peak_above(1000.0);
+        let returns_to = spike.map(|spike| {
+            let planner = Planner {
+                inputs: &idle,
+                settings,
+            };
+            let arrivals = |t: f64| {
+                if t < spike.span() {
+                    spike.rate_at(t)
+                } else {
+                    1000.0
+                }
+            };
+            planner.predict(p.replicas, 16, &arrivals, 600.0).peak_age
+        });
+        (p, returns_to)
+    };
+    let tight = tight_settings();
+    // At 5000/s its return from 6 replicas passes the 96 s critical age but not the
+    // deadline: 6, not the insurance of 16 for the whole demand window.
+    let (p, returns_to) = after_spike(5000.0, &tight);
+    assert_eq!((p.replicas, p.reason), (6, PlanReason::ScaleDown), "{p:?}");
+    let age = returns_to.unwrap_or(f64::INFINITY);
+    assert!(age > tight.critical_age && age <= tight.deadline, "{age}");
+    // Held to the critical age instead, that spike would keep the cap.
+    let strict = PlanSettings {
+        deadline: tight.critical_age,
+        ..tight
+    };
+    assert_eq!(after_spike(5000.0, &strict).0.replicas, 16);
+    // At 6000/s no lower count meets its return within the deadline: the cap stays.
+    let (p, _) = after_spike(6000.0, &tight);
     assert_eq!(p.replicas, 16, "{p:?}");
 }
 
@@ -324,6 +410,7 @@ fn a_scale_down_keeps_a_way_back_to_the_recent_load() {
     let short = PlanSettings {
         age_limit: 60.0,
         critical_age: 96.0,
+        deadline: 120.0,
         drain_limit: 60.0,
         poll: 30.0,
         pod_start: 30.0,
@@ -425,6 +512,7 @@ fn tight_settings() -> PlanSettings {
     PlanSettings {
         age_limit: 60.0,
         critical_age: 96.0,
+        deadline: 120.0,
         drain_limit: 60.0,
         pod_start: 30.0,
         rebalance: 30.0,
@@ -487,6 +575,7 @@ fn a_standing_queue_is_held_where_no_reaction_fits_the_deadline_anyway() {
     let short = PlanSettings {
         age_limit: 10.0,
         critical_age: 16.0,
+        deadline: 20.0,
         drain_limit: 10.0,
         poll: 1.0,
         pod_start: 30.0,
@@ -658,6 +747,7 @@ fn pods_about_to_work_are_not_outbid_by_a_count_given_more_time_to_drain() {
     let tight = PlanSettings {
         age_limit: 60.0,
         critical_age: 96.0,
+        deadline: 120.0,
         drain_limit: 42.0,
         pod_start: 90.0,
         rebalance: 13.0,
