@@ -17,6 +17,13 @@ fn recent(rates: &[f64]) -> Replay {
     replay_of(&steps, 30 * rates.len() as i64)
 }
 
+/// Three periods of `first` then `second`, each for `buckets` 30 s buckets.
+fn alternating(first: f64, second: f64, buckets: usize) -> Vec<f64> {
+    (0..3)
+        .flat_map(|_| [vec![first; buckets], vec![second; buckets]].concat())
+        .collect()
+}
+
 /// The demand history of `steps` (second, rate), replayed from `now` seconds over all of it.
 fn replay_of(steps: &[(i64, f64)], now: i64) -> Replay {
     let history: Vec<DemandSample> = steps
@@ -171,12 +178,7 @@ fn a_load_above_the_cap_is_held_only_while_it_is_new() {
 #[test]
 fn an_alternating_load_is_not_chased_down_at_its_trough() {
     // 2000/s and 500/s alternating every 3 minutes; now at the trough with 8 replicas.
-    let mut rates = Vec::new();
-    for _ in 0..3 {
-        rates.extend([2000.0; 6]);
-        rates.extend([500.0; 6]);
-    }
-    let replay = recent(&rates);
+    let replay = recent(&alternating(2000.0, 500.0, 6));
     let p = plan(&inputs(&replay, 0.0, 0.0, 500.0, 8), &settings());
     assert!(p.replicas >= 4, "{p:?}");
 }
@@ -186,11 +188,7 @@ fn a_count_below_an_alternating_load_s_mean_is_not_entered_where_one_between_car
     // 600/s and 2400/s alternating every 4 minutes (mean 1500/s), now at the trough with 8
     // replicas (2000/s). 6 (1333/s) keep the age low for a while, but fall further behind
     // every period until 16 must drain them: a cycle that costs more than holding 8.
-    let mut rates = Vec::new();
-    for _ in 0..3 {
-        rates.extend([600.0; 8]);
-        rates.extend([2400.0; 8]);
-    }
+    let mut rates = alternating(600.0, 2400.0, 8);
     rates.extend([600.0; 4]);
     let replay = recent(&rates);
     let p = plan(&inputs(&replay, 0.0, 0.0, 600.0, 8), &settings());
@@ -198,11 +196,7 @@ fn a_count_below_an_alternating_load_s_mean_is_not_entered_where_one_between_car
     // At 600/s and 3800/s (mean 2200/s) the count that carries the mean, 16, is the one
     // that carries the peak: no count holds the load steadily for less, so following it
     // (8 until the backlog needs 16) is left to the costs.
-    let mut rates = Vec::new();
-    for _ in 0..3 {
-        rates.extend([600.0; 8]);
-        rates.extend([3800.0; 8]);
-    }
+    let mut rates = alternating(600.0, 3800.0, 8);
     rates.extend([600.0; 4]);
     let replay = recent(&rates);
     let idle = inputs(&replay, 0.0, 0.0, 600.0, 16);
