@@ -1,6 +1,8 @@
 use proptest::prelude::*;
 
+use super::gather::{arrivals_seen_rising, sample_span};
 use super::*;
+use crate::budget_config::PartitionSource;
 use crate::partition_skew::PartitionSample;
 
 fn at(s: i64) -> Timestamp {
