@@ -465,9 +465,10 @@ impl Planner<'_, '_> {
     /// the horizon or more, is taken to last the horizon and held to `limit`. A spike seen
     /// once is a guess about the future: it returns as long and as high as it was seen and
     /// must only be met within the deadline: the line no event may cross, not the margins
-    /// kept for the load the plan expects. Held to a stricter test, a short spike the budget met once
-    /// would keep the count it asked for until the spike leaves the demand window, up to
-    /// twice the horizon: insurance against an age that stays within the deadline anyway.
+    /// kept for the load the plan expects. Held to a stricter test, a short spike the budget
+    /// met once would keep the count it asked for until the spike leaves the demand window,
+    /// up to twice the horizon: insurance against an age that stays within the deadline
+    /// anyway.
     fn recovers_if_peak_returns(&self, replicas: u32, limit: f64) -> bool {
         let cap = self.inputs.cap;
         let lambda = self.inputs.produce_rate;

@@ -15,13 +15,6 @@ use crate::drain::{estimate_oldest_age, group_capacity};
 use crate::metric_input::{MetricProblem, MissingInput, Observation, single_value};
 use crate::stabilization::seconds_between;
 
-impl Values {
-    /// What `replicas` complete together, at `rate` per replica.
-    pub(super) fn partition_capacity(&self, replicas: u32, rate: f64) -> f64 {
-        group_capacity(replicas, self.partitions, rate)
-    }
-}
-
 /// The inputs, validated.
 pub(super) struct Values {
     pub(super) used: UsedValues,
@@ -41,6 +34,13 @@ pub(super) struct Values {
     pub(super) awaiting_measurement: bool,
     /// The backlog rose since the previous poll.
     pub(super) backlog_rising: bool,
+}
+
+impl Values {
+    /// What `replicas` complete together, at `rate` per replica.
+    pub(super) fn partition_capacity(&self, replicas: u32, rate: f64) -> f64 {
+        group_capacity(replicas, self.partitions, rate)
+    }
 }
 
 /// What one poll's queries gave: the validated values, or what is missing.
