@@ -35,7 +35,7 @@
 //! start and rebalance later than that (no count drains sooner). It is not the speed every
 //! backlog is drained at. A queue that a count only just keeps up with may stay behind
 //! them, but only while its age leaves a spike the time a reaction takes (two polls, a pod
-//! start, a rebalance) before the critical age; otherwise it must be gone by then.
+//! start, a rebalance) before the critical age; otherwise it must be gone a reaction later.
 
 use super::demand_history::Replay;
 use super::drain::{group_capacity, skewed_group_capacity};
@@ -550,11 +550,16 @@ impl Planner<'_, '_> {
     }
 
     /// Running `now` until the next decision and `then` from it leaves a spike the time a
-    /// reaction takes before the critical age: the queue is gone by [`Self::drain_by`] (no more
-    /// than a poll's arrivals wait), or the age it keeps is that far below the critical age.
-    /// A count that only just keeps up completes the events waiting now, but the queue
-    /// behind them stays with its age; where a pod start and a rebalance are a large share
-    /// of the deadline, that age is room a spike would need.
+    /// reaction takes before the critical age: a reaction after [`Self::drain_by`], the queue
+    /// is gone (no more than a poll's arrivals wait), or the age it keeps is that far below
+    /// the critical age. A count that only just keeps up completes the events waiting now,
+    /// but the queue behind them stays with its age; where a pod start and a rebalance are a
+    /// large share of the deadline, that age is room a spike would need.
+    ///
+    /// A queue gone a reaction after `drain_by` does not stand. Judged at `drain_by` itself,
+    /// which a pod start and a rebalance fill but for a poll, only the cap drained a queue
+    /// that grew while λ climbed past the count: the budget went from one count short to
+    /// the cap and back, where a count or two more drain it a minute later.
     ///
     /// Where a reaction takes longer than the critical age even from an empty queue, no
     /// queue leaves room and draining one buys nothing: the rule does not apply.
@@ -565,7 +570,7 @@ impl Planner<'_, '_> {
         }
         let lambda = self.inputs.produce_rate;
         let poll = self.settings.poll;
-        let within = self.drain_by();
+        let within = self.drain_by() + reaction;
         let outlook = self.predict(now, then, &|_| lambda, within);
         outlook.end_backlog <= lambda * poll
             || outlook.end_age + reaction <= self.settings.critical_age

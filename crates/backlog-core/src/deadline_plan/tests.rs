@@ -525,14 +525,13 @@ fn a_standing_queue_that_leaves_a_spike_no_room_is_drained() {
         &inputs(&replay, 45_000.0, 45.0, 1000.0, 4),
         &tight_settings(),
     );
-    // No count drains it within the 60 s drain limit once it has started and rebalanced:
-    // the cap drains it fastest.
-    assert_eq!(
-        (p.replicas, p.reason),
-        (16, PlanReason::CapFallsShort),
-        "{p:?}"
-    );
+    // The new pods work 60 s from now, over 75k events; the queue must be gone a reaction
+    // (90 s) after the 75 s by which a scale-up asked for now can drain (a poll after they
+    // work). 8 replicas complete the events waiting now at 72 s and the whole queue at
+    // 135 s; 6 (1333/s) would take until 285 s. The cap drains sooner, at twice the cost.
+    assert_eq!((p.replicas, p.reason), (8, PlanReason::ScaleUp), "{p:?}");
     assert_eq!(p.outlook.end_backlog, 0.0, "{p:?}");
+    assert!(p.outlook.drained_at.is_some_and(|t| t <= 75.0), "{p:?}");
 }
 
 #[test]
@@ -540,7 +539,8 @@ fn a_drain_limit_shorter_than_a_pod_start_does_not_send_a_small_queue_to_the_cap
     // 4 replicas complete exactly the 1000/s arriving, over a 20 s old queue that leaves a
     // spike too little room. The 30 s drain limit ends before any new pod works (45 s start,
     // 5 s rebalance): judged from then, no count meets it and the queue went to the cap.
-    // Given a poll once the new pods work, 8 replicas drain it.
+    // Given a poll once the new pods work, and a reaction more for the queue behind the
+    // events waiting now, 6 replicas drain it.
     let replay = recent(&[1000.0; 24]);
     let short_drain = PlanSettings {
         drain_limit: 30.0,
@@ -549,7 +549,7 @@ fn a_drain_limit_shorter_than_a_pod_start_does_not_send_a_small_queue_to_the_cap
         ..tight_settings()
     };
     let p = plan(&inputs(&replay, 20_000.0, 20.0, 1000.0, 4), &short_drain);
-    assert_eq!((p.replicas, p.reason), (8, PlanReason::ScaleUp), "{p:?}");
+    assert_eq!((p.replicas, p.reason), (6, PlanReason::ScaleUp), "{p:?}");
     assert!(p.outlook.peak_age <= short_drain.age_limit, "{p:?}");
     assert_eq!(p.outlook.end_backlog, 0.0, "{p:?}");
 }
