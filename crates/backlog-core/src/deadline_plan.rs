@@ -267,6 +267,7 @@ fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32
                 queue: QueueNow {
                     backlog: outlook.end_backlog,
                     oldest_age: outlook.end_age,
+                    shape: inputs.queue.shape.aged_by(wait, lambda),
                 },
                 ready: if wait > 0.0 { current } else { inputs.ready },
                 starting_in: (inputs.starting_in - wait).max(0.0),

@@ -3,6 +3,7 @@
 //! supply both. Nothing here knows the Kubernetes API: the CRD types convert into the plain
 //! definitions of [`budget_config`], [`event_class`] and [`retry_policy`].
 
+pub mod arrival_shape;
 pub mod backoff;
 pub mod budget_config;
 pub mod capacity_check;

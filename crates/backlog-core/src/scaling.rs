@@ -5,6 +5,7 @@
 
 use jiff::Timestamp;
 
+use super::arrival_shape::ArrivalShape;
 use super::budget_config::BudgetConfig;
 use super::capacity_estimate::{CapacitySource, MeasuredCapacity};
 use super::change_budget::{self, Allowance};
@@ -221,6 +222,17 @@ pub fn decide(
     }
 }
 
+/// When the events waiting now arrived, as the demand history read them: a rate is the mean
+/// over its window, so each change shows about half a window late.
+fn arrival_shape(demand: &[DemandSample], now: Timestamp, config: &BudgetConfig) -> ArrivalShape {
+    let runs: Vec<(f64, f64)> = demand
+        .iter()
+        .rev()
+        .map(|run| (seconds_between(run.at, now).max(0.0), run.rate))
+        .collect();
+    ArrivalShape::from_runs(&runs, rate_window_seconds(config) / 2.0)
+}
+
 fn conflict(current: u32, owner: &str, memory: &ScalingMemory) -> ScalingDecision {
     let message = format!(
         "{owner} also scales this target; the budget does not write to it until that autoscaler is removed or points elsewhere"
@@ -369,17 +381,18 @@ fn scale(
         .map(|hot| hot / lambda);
     let unhelped = skew.as_ref().filter(|hot| !hot.helped).map(|hot| &hot.skew);
     let queue = match unhelped {
-        Some(skew) => QueueNow {
-            backlog: skew.others_backlog,
-            oldest_age: estimate_oldest_age(
+        Some(skew) => QueueNow::even(
+            skew.others_backlog,
+            estimate_oldest_age(
                 skew.others_backlog,
                 lambda,
                 group_capacity(ready.max(1), values.partitions, capacity),
             ),
-        },
+        ),
         None => QueueNow {
             backlog: values.scaling_backlog,
             oldest_age: values.oldest_age,
+            shape: arrival_shape(&demand, now, config),
         }
         .as_oldest_partition_sees_it(lambda),
     };

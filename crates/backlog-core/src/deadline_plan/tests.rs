@@ -63,10 +63,7 @@ fn inputs<'a>(
     current: u32,
 ) -> PlanInputs<'a> {
     PlanInputs {
-        queue: QueueNow {
-            backlog,
-            oldest_age: age,
-        },
+        queue: QueueNow::even(backlog, age),
         produce_rate: lambda,
         recent,
         current_run_seconds: 900.0,
@@ -458,10 +455,7 @@ fn idle_consumers_with_only_a_lower_bound_try_fewer_replicas() {
     }
     // Work waiting means the consumers may be saturated already: no probe.
     let mut busy = idle;
-    busy.queue = QueueNow {
-        backlog: 950.0 * 60.0,
-        oldest_age: 60.0,
-    };
+    busy.queue = QueueNow::even(950.0 * 60.0, 60.0);
     assert_ne!(plan(&busy, &settings()).reason, PlanReason::Probe);
     // A backlog that rose since the last decision, however small: some consumers are
     // saturated, and the bound is what they complete; there is nothing to learn.
