@@ -18,6 +18,19 @@ fn model(yaml: &str) -> Model {
 
 /// A constant λ for 90 minutes.
 fn constant(lambda: f64, rate: f64, partitions: u32, start: u32, configured: bool) -> Model {
+    constant_with(lambda, rate, partitions, start, configured, "10m", "5m")
+}
+
+/// [`constant`] with the deadline and the drain limit given.
+fn constant_with(
+    lambda: f64,
+    rate: f64,
+    partitions: u32,
+    start: u32,
+    configured: bool,
+    deadline: &str,
+    drain: &str,
+) -> Model {
     let capacity = if configured {
         format!("capacity: {{perReplicaRate: {rate}, reservedRetryShare: 0}}")
     } else {
@@ -35,9 +48,9 @@ consumer: {{perReplicaRate: {rate}}}
 budget:
   minReplicas: 1
   maxReplicas: {partitions}
-  completionDeadline: 10m
+  completionDeadline: {deadline}
   {capacity}
-  scaling: {{targetDrainTime: 5m, scaleDownStabilization: 3m, rebalanceCost: 10s}}
+  scaling: {{targetDrainTime: {drain}, scaleDownStabilization: 3m, rebalanceCost: 10s}}
 "#
     ))
 }
@@ -90,6 +103,31 @@ proptest! {
         prop_assert!(
             changes <= 2,
             "λ {lambda}/s, {rate}/s per replica, {partitions} partitions, start {start}: {changes} changes after the first window"
+        );
+        prop_assert_eq!(result.summary.breach_seconds, 0.0);
+    }
+
+    /// The same at any deadline the API server accepts (up to a week) and any drain limit:
+    /// a long deadline makes a long horizon, and the plans must still resolve a poll and the
+    /// drain limit (at 16 hours the budget once jumped to the cap and back every 4 minutes).
+    #[test]
+    fn at_a_constant_load_the_replicas_settle_at_any_deadline(
+        rate in 100.0..500.0f64,
+        partitions in 4u32..=32,
+        load in 0.1..0.95f64,
+        start_share in 0.0..1.0f64,
+        deadline_minutes in 10u32..=(7 * 24 * 60),
+        drain_minutes in 1u32..=120,
+    ) {
+        let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
+        let start = ((start_share * f64::from(partitions)).ceil() as u32).clamp(1, partitions);
+        let (deadline, drain) = (format!("{deadline_minutes}m"), format!("{drain_minutes}m"));
+        let model = constant_with(lambda, rate, partitions, start, true, &deadline, &drain);
+        let result = simulate(&model, PolicyKind::Budget);
+        let changes = changes_after(&result, WINDOW_SECONDS);
+        prop_assert!(
+            changes <= 2,
+            "λ {lambda}/s, {rate}/s per replica, {partitions} partitions, start {start}, deadline {deadline}, drain limit {drain}: {changes} changes after the first window"
         );
         prop_assert_eq!(result.summary.breach_seconds, 0.0);
     }

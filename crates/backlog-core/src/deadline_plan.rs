@@ -39,7 +39,7 @@
 
 use super::demand_history::Replay;
 use super::drain::{group_capacity, skewed_group_capacity};
-use super::trajectory::{Outlook, QueueNow, predict, predict_watching};
+use super::trajectory::{Outlook, QueueNow, Steps, predict, predict_watching};
 
 /// What the plan starts from.
 #[derive(Clone, Copy, Debug)]
@@ -116,7 +116,8 @@ pub struct PlanSettings {
 pub enum PlanReason {
     /// The current count keeps the deadline, or leaves time to act at the next decision.
     Holding,
-    /// Holding any longer would let the oldest age pass the limit.
+    /// Holding any longer would let the oldest age pass the limit, or keep the events
+    /// waiting now past the drain limit.
     ScaleUp,
     /// Fewer replicas keep it too, and the change pays for its rebalance.
     ScaleDown,
@@ -612,6 +613,8 @@ impl Planner<'_, '_> {
             |t| self.persisting(t),
             |t| self.transition(self.inputs.ready, replicas, t),
             window,
+            // Only when the age reaches the limit, less a reaction, is asked: a 150th of
+            // the window resolves that.
             (window / 150.0).max(1.0),
             (limit - self.reaction_seconds()).max(0.0),
         )
@@ -678,11 +681,34 @@ impl Planner<'_, '_> {
 
     /// Economy keeps the age below `limit` at today's λ over the horizon and for at least
     /// half the dwell: each planned pair of rebalances buys that much, so at a constant load
-    /// economy and the keep-up count each last at least half a dwell.
+    /// economy and the keep-up count each last at least half a dwell. At the end of that
+    /// stay it must still hold: the queue it has grown must be one the keep-up count, asked
+    /// for then, completes within the drain limit. Otherwise the hold test ends economy far
+    /// sooner: with a 1-minute drain limit, economy entered "for at least 29 minutes" was
+    /// left 105 s later, and entered again an hour on, at a constant load.
     fn economy_lasts(&self, replicas: u32, limit: f64) -> bool {
         let lambda = self.inputs.produce_rate;
         let stay = self.settings.horizon.max(self.settings.economy_dwell / 2.0);
-        self.keeps(replicas, &|_| lambda, limit, stay)
+        if !self.keeps(replicas, &|_| lambda, limit, stay) {
+            return false;
+        }
+        let outlook = self.predict(replicas, replicas, &|_| lambda, stay);
+        let at_end = PlanInputs {
+            queue: QueueNow {
+                backlog: outlook.end_backlog,
+                oldest_age: outlook.end_age,
+                shape: self.inputs.queue.shape.aged_by(stay, lambda),
+            },
+            current: replicas,
+            ready: replicas,
+            starting_in: 0.0,
+            ..*self.inputs
+        };
+        Planner {
+            inputs: &at_end,
+            settings: self.settings,
+        }
+        .holds(replicas, limit)
     }
 
     /// Completion capacity t seconds after going from `ready` ready replicas to `to`:
@@ -787,8 +813,27 @@ impl Planner<'_, '_> {
                 }
             },
             horizon,
-            (horizon / 150.0).max(1.0),
+            self.prediction_steps(horizon),
         )
+    }
+
+    /// Steps that resolve what the plans ask: a horizon in 150 steps, but no step longer
+    /// than a poll (nor more than 2000 such steps) while the next decisions, a reaction and the drain limit play out. A long
+    /// deadline makes a long horizon, and steps of minutes there could not tell whether a
+    /// queue drains within the drain limit or a switch two polls away: at a 16-hour deadline
+    /// every count, even the cap, seemed to keep waiting events past a 5-minute drain limit,
+    /// and the budget jumped to the cap and back every few minutes.
+    fn prediction_steps(&self, horizon: f64) -> Steps {
+        let coarse = (horizon / 150.0).max(1.0);
+        let fine_until = self.drain_by() + self.reaction_seconds() + 2.0 * self.settings.poll;
+        Steps {
+            fine: coarse
+                .min(self.settings.poll)
+                .max(fine_until / 2000.0)
+                .max(1.0),
+            fine_until,
+            coarse,
+        }
     }
 
     /// How long a scale-down to `replicas` asked for now waits for the scale-down window.

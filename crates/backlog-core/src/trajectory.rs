@@ -60,16 +60,52 @@ pub struct Outlook {
     pub reached_at: Option<f64>,
 }
 
-/// Predicts the queue for `horizon` seconds in steps of `step` seconds; `arrivals(t)` and
-/// `capacity(t)` give events per second at `t` seconds from now.
+/// How finely a prediction steps: `fine` seconds until `fine_until`, `coarse` after. The near
+/// future holds the next decisions, pod starts and the drain limit; far ahead, where only
+/// whether the age passes a limit of hours is asked, coarse steps keep long horizons cheap.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Steps {
+    pub fine: f64,
+    pub fine_until: f64,
+    pub coarse: f64,
+}
+
+impl From<f64> for Steps {
+    /// The same step throughout.
+    fn from(step: f64) -> Self {
+        Steps {
+            fine: step,
+            fine_until: 0.0,
+            coarse: step,
+        }
+    }
+}
+
+impl Steps {
+    fn at(&self, t: f64) -> f64 {
+        let step = if t < self.fine_until {
+            self.fine.min(self.fine_until - t)
+        } else {
+            self.coarse
+        };
+        if step.is_finite() && step > 0.0 {
+            step
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Predicts the queue for `horizon` seconds in `steps`; `arrivals(t)` and `capacity(t)` give
+/// events per second at `t` seconds from now.
 pub fn predict(
     queue: QueueNow,
     arrivals: impl Fn(f64) -> f64,
     capacity: impl Fn(f64) -> f64,
     horizon: f64,
-    step: f64,
+    steps: impl Into<Steps>,
 ) -> Outlook {
-    predict_watching(queue, arrivals, capacity, horizon, step, f64::INFINITY)
+    predict_watching(queue, arrivals, capacity, horizon, steps, f64::INFINITY)
 }
 
 /// [`predict`], also noting when the age first reaches `watched` seconds.
@@ -78,16 +114,12 @@ pub fn predict_watching(
     arrivals: impl Fn(f64) -> f64,
     capacity: impl Fn(f64) -> f64,
     horizon: f64,
-    step: f64,
+    steps: impl Into<Steps>,
     watched: f64,
 ) -> Outlook {
     let backlog = queue.backlog.max(0.0);
     let oldest_age = queue.oldest_age.max(0.0);
-    let step = if step.is_finite() && step > 0.0 {
-        step
-    } else {
-        1.0
-    };
+    let steps = steps.into();
     // Cumulative arrivals after now, at the end of each step.
     let mut arrived_curve: Vec<(f64, f64)> = Vec::new();
     let mut cursor = 0;
@@ -102,7 +134,7 @@ pub fn predict_watching(
         reached_at: (start_age >= watched).then_some(0.0),
     };
     while t < horizon {
-        let dt = step.min(horizon - t);
+        let dt = steps.at(t).min(horizon - t);
         let middle = t + dt / 2.0;
         arrived += sanitize(arrivals(middle)) * dt;
         t += dt;

@@ -109,6 +109,12 @@ pub(super) fn explain(
         PlanReason::ScaleUp if planned.falls_behind => {
             format!(" → {n}, the cheapest way through should λ last: {behind}")
         }
+        // The drain limit binds too where it is the shorter: the age limit alone would not
+        // explain a scale-up whose predicted peak is far below it.
+        PlanReason::ScaleUp if settings.drain_limit < settings.age_limit => format!(
+            " → need {n}: {current} would let the oldest age pass {limit} or keep the events waiting now past targetDrainTime {} (predicted peak {peak} with {n})",
+            seconds(settings.drain_limit)
+        ),
         PlanReason::ScaleUp => format!(
             " → need {n}: {current} would let the oldest age pass {limit} (predicted peak {peak} with {n})"
         ),
