@@ -5,7 +5,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::validation::{
-    duration_at_least, duration_at_least_literal, non_negative_duration, positive_duration,
+    duration_at_least, duration_at_least_literal, duration_at_most, duration_shorter,
+    non_negative_duration, positive_duration,
 };
 
 pub use crate::core::capacity_estimate::CapacitySource;
@@ -85,6 +86,9 @@ pub use crate::core::phase::BudgetPhase;
 )]
 #[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message("minReplicas must not exceed maxReplicas; lower minReplicas or raise maxReplicas").field_path(".minReplicas"))]
 #[x_kube(validation = Rule::new("has(self.partitionCount) != has(self.metrics.partitions)").message("give the partition count exactly once: either spec.partitionCount (a number) or spec.metrics.partitions (a PromQL query), not both and not neither"))]
+#[x_kube(validation = Rule::new("!has(self.partitionCount) || self.minReplicas <= self.partitionCount").message("minReplicas must not exceed partitionCount: consumers beyond the partition count get no partition and idle; lower minReplicas").field_path(".minReplicas"))]
+#[x_kube(validation = duration_shorter(&["pollInterval"], &["completionDeadline"], true, "completionDeadline must be at least pollInterval: the operator looks once per pollInterval, so a shorter deadline passes between two looks; lengthen completionDeadline or shorten pollInterval", ".completionDeadline"))]
+#[x_kube(validation = duration_shorter(&["scaling", "rebalanceCost"], &["completionDeadline"], false, "scaling.rebalanceCost must be shorter than completionDeadline: every scale change stops consumption that long, so none could keep the deadline; measure the rebalance again or lengthen completionDeadline", ".scaling.rebalanceCost"))]
 #[x_kube(validation = Rule::new("has(self.capacity) && has(self.capacity.perReplicaRate) || has(self.metrics.completionRate)").message("capacity.perReplicaRate is unset, so it is measured from metrics.completionRate, which is unset too; set one of them"))]
 #[serde(rename_all = "camelCase")]
 pub struct BacklogBudgetSpec {
@@ -108,6 +112,7 @@ pub struct BacklogBudgetSpec {
     /// Time from an event's creation to its business completion, e.g. 10m.
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("completionDeadline"))]
+    #[x_kube(validation = duration_at_most("completionDeadline", "168h", "plans look ahead at least this far; a longer business deadline is a batch job, not a backlog"))]
     pub completion_deadline: String,
 
     /// The RetryPolicy these consumers use (same namespace).
@@ -167,6 +172,7 @@ pub struct ScaleTargetRef {
     #[schemars(length(min = 1, max = 63))]
     pub kind: String,
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("scaleTargetRef.name must be the workload's name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (no spaces)"))]
     pub name: String,
 }
 
@@ -273,7 +279,7 @@ pub struct Capacity {
     /// replicas is measured while the consumers are saturated (status.capacity says which is
     /// used).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self > 0.0").message("capacity.perReplicaRate must be greater than 0 (events per second one replica completes)"))]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1000000000.0").message("capacity.perReplicaRate must be greater than 0 and at most 1e9 (events per second one replica completes)"))]
     pub per_replica_rate: Option<f64>,
     /// Share of capacity kept for retries, in [0, 0.9]; default 0.1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -291,6 +297,7 @@ pub struct Scaling {
     #[serde(default = "default_target_drain_time")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("scaling.targetDrainTime"))]
+    #[x_kube(validation = duration_at_most("scaling.targetDrainTime", "168h", "it bounds how long waiting events may wait, and completionDeadline is at most that"))]
     pub target_drain_time: String,
     /// Time a higher recommendation must persist before scaling up; default 0s.
     #[serde(default = "zero_duration")]
@@ -302,6 +309,7 @@ pub struct Scaling {
     #[serde(default = "default_scale_down_stabilization")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.scaleDownStabilization"))]
+    #[x_kube(validation = duration_at_most("scaling.scaleDownStabilization", "24h", "plans look ahead four times it, and a scale-down held longer than a day is no scale-down"))]
     pub scale_down_stabilization: String,
     /// Most replicas added or removed in one change; default 0 means no limit.
     #[serde(default)]

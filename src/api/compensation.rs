@@ -9,6 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use super::validation::not_blank;
+
 pub use crate::core::compensation_plan::SubActionState;
 pub use crate::core::phase::CompensationPhase;
 
@@ -67,9 +69,11 @@ pub struct CompensationSpec {
     pub compensation_id: String,
     /// The event whose effect this compensates.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = not_blank("sourceEventId", "the id of the event being compensated"))]
     pub source_event_id: String,
     /// The business entity it acts on (an order, an account).
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = not_blank("businessKey", "the business object the compensation changes, such as an order id"))]
     pub business_key: String,
     pub reason_code: ReasonCode,
     /// The user asking; must be the user creating it.
@@ -84,9 +88,12 @@ pub struct CompensationSpec {
     pub proposed_action: ProposedAction,
     /// Everything the action may touch, for the reviewer and the audit.
     #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = Rule::new(r"self.all(r, r.matches('\\S'))").message("affectedResources entries must not be blank: each names a resource the action changes"))]
+    #[x_kube(validation = Rule::new("self.all(r, self.exists_one(t, t == r))").message("affectedResources must be distinct"))]
     pub affected_resources: Vec<String>,
     /// What a dry run showed (its output or a link to it).
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("dryRunEvidence", "what a dry run showed the action would change"))]
     pub dry_run_evidence: String,
     /// The worker's pod template: the team's compensation tool image.
     #[schemars(schema_with = "super::replay_job::pod_template_schema")]
@@ -115,11 +122,14 @@ pub enum ReasonCode {
 pub struct ExpectedState {
     /// Where the state is read (e.g. `orders/o-123`).
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = not_blank("expectedCurrentStateAndVersion.resource", "the resource the precondition reads"))]
     pub resource: String,
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = not_blank("expectedCurrentStateAndVersion.state", "the worker compares the resource's state with it"))]
     pub state: String,
     /// The version (revision, sequence number, ETag) the state must still have.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = not_blank("expectedCurrentStateAndVersion.version", "the worker compares the resource's version with it"))]
     pub version: String,
 }
 
@@ -129,6 +139,7 @@ pub struct ExpectedState {
 pub struct ProposedAction {
     /// What it does, for people.
     #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = not_blank("proposedAction.description", "say what the action does"))]
     pub description: String,
     /// The sub-actions, in order; each gets the stable operation id
     /// `<compensationId>/<index>-<name>`.
@@ -139,6 +150,7 @@ pub struct ProposedAction {
     /// Parameters of the action (amounts, references), passed to the worker in the request.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
+    #[x_kube(validation = Rule::new("self.all(k, size(k) > 0 && size(self[k]) <= 4096)").message("proposedAction.parameters need non-empty names and values of at most 4096 characters: the frozen request must fit the ConfigMap it is kept in"))]
     pub parameters: BTreeMap<String, String>,
 }
 

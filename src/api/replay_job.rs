@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::non_negative_duration;
+use super::validation::{non_negative_duration, not_blank};
 
 pub use crate::core::phase::ReplayPhase;
 
@@ -86,6 +86,7 @@ pub struct ReplayJobSpec {
     pub scope: ReplayScope,
     /// Why the replay is needed.
     #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = not_blank("reason", "say why these events are replayed"))]
     pub reason: String,
     /// The user asking for the replay; must be the user creating it.
     #[schemars(length(min = 1, max = 253))]
@@ -145,13 +146,14 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct QueueRef {
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new(r"self.matches('^\\S+$')").message("queue must be a queue or topic name without whitespace, such as orders.quarantine: workers may trim it, and a name that differs from another only in spaces passes the source/destination check"))]
     pub queue: String,
 }
 
 /// Which events a replay covers.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("(has(self.eventIds) && size(self.eventIds) > 0) || has(self.eventIdsFrom) || has(self.timeRange)").message("scope needs eventIds, eventIdsFrom or timeRange: a replay without a scope would replay everything"))]
+#[x_kube(validation = Rule::new("(has(self.eventIds) && size(self.eventIds) > 0) || has(self.eventIdsFrom)").message("scope needs eventIds or eventIdsFrom: a replay replays a frozen list of event ids, and timeRange, eventType and tenant only describe it; resolve the ids (e.g. from the dead-letter store) into a ConfigMap and name it in scope.eventIdsFrom"))]
 #[x_kube(validation = Rule::new("!(has(self.eventIds) && size(self.eventIds) > 0 && has(self.eventIdsFrom))").message("scope.eventIds and scope.eventIdsFrom are alternatives; give one of them"))]
 pub struct ReplayScope {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -199,6 +201,7 @@ pub struct TimeRange {
 pub struct RootCauseFix {
     /// A change, ticket or release reference.
     #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = not_blank("rootCauseFix.reference", "name the change, ticket or release that fixed the cause"))]
     pub reference: String,
     /// The fix is deployed and verified.
     #[serde(default)]
@@ -256,6 +259,7 @@ pub struct VerificationCheck {
     /// PromQL returning one sample; the check holds when the value is non-zero
     /// (write comparisons with `bool`, e.g. `sum(dup_total) == bool 0`).
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("verification[].query", "a blank query is found only after the canary has replayed events"))]
     pub query: String,
 }
 

@@ -4,7 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::{duration_at_least, positive_duration};
+use super::validation::{
+    duration_at_least, duration_at_most, duration_not_below, positive_duration,
+};
 
 pub use crate::core::retry_policy::{FailureClass, Jitter, MAX_ATTEMPTS_LIMIT};
 
@@ -84,11 +86,13 @@ pub struct Backoff {
     /// Upper bound of the first retry's delay, e.g. 100ms.
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("backoff.base"))]
+    #[x_kube(validation = duration_not_below("backoff.base", "1ms", "shorter delays retry at once, a retry storm on a failing dependency"))]
     pub base: String,
 
     /// Largest delay any retry may wait, e.g. 10s.
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("backoff.cap"))]
+    #[x_kube(validation = duration_at_most("backoff.cap", "24h", "an event waiting longer for its retry than a day belongs in the dead-letter queue, and the worst-case delay must stay a duration consumers can parse"))]
     pub cap: String,
 
     /// How the delay is drawn below the upper bound.

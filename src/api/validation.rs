@@ -63,3 +63,71 @@ pub fn duration_at_least(larger: &str, smaller: &str, message: &str) -> Rule {
     )
     .field_path(format!(".{larger}"))
 }
+
+/// Rule for a duration field that must not exceed `maximum` (a CEL duration literal); a
+/// malformed value is reported by the field's own rule.
+pub fn duration_at_most(field: &str, maximum: &str, why: &str) -> Rule {
+    rule(
+        format!(
+            "!{} || duration(self) <= duration('{maximum}')",
+            is_duration("self")
+        ),
+        format!("{field} must be at most {maximum}: {why}"),
+    )
+}
+
+/// Rule for a duration field that must be at least `minimum` (a CEL duration literal); a
+/// malformed value is reported by the field's own rule.
+pub fn duration_not_below(field: &str, minimum: &str, why: &str) -> Rule {
+    rule(
+        format!(
+            "!{} || duration(self) >= duration('{minimum}')",
+            is_duration("self")
+        ),
+        format!("{field} must be at least {minimum}: {why}"),
+    )
+}
+
+/// Rule on an object: when both durations are set and parse, `shorter < longer` (or `<=` with
+/// `equal_allowed`). Each path
+/// is a list of field names from `self`, so optional parents are tested with `has` first;
+/// `field_path` (such as `.completionDeadline`) is the field the refusal names.
+pub fn duration_shorter(
+    shorter: &[&str],
+    longer: &[&str],
+    equal_allowed: bool,
+    message: &str,
+    field_path: &str,
+) -> Rule {
+    let present = |path: &[&str]| {
+        (1..=path.len())
+            .map(|n| format!("has(self.{})", path[..n].join(".")))
+            .collect::<Vec<_>>()
+            .join(" && ")
+    };
+    let (s, l) = (
+        format!("self.{}", shorter.join(".")),
+        format!("self.{}", longer.join(".")),
+    );
+    rule(
+        format!(
+            "!({} && {} && {} && {}) || duration({s}) {} duration({l})",
+            present(shorter),
+            present(longer),
+            is_duration(&s),
+            is_duration(&l),
+            if equal_allowed { "<=" } else { "<" }
+        ),
+        message.to_owned(),
+    )
+    .field_path(field_path.to_owned())
+}
+
+/// Rule for a text field that must hold more than whitespace: a blank reason, query or
+/// reference passes `minLength` and says nothing.
+pub fn not_blank(field: &str, what: &str) -> Rule {
+    rule(
+        r"self.matches('\\S')".to_owned(),
+        format!("{field} must not be blank: {what}"),
+    )
+}
