@@ -7,6 +7,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use backlog_operator::api::backlog_budget::{BacklogBudget, BudgetPhase};
+use backlog_operator::api::conditions;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::Api;
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
             a_past_peak_the_partitions_cannot_carry_shows_in_the_capacity_plan,
             an_hpa_on_the_target_is_a_conflict_and_nothing_is_written,
             a_statefulset_is_scaled_through_its_scale_subresource,
+            a_target_that_cannot_be_scaled_is_named_as_such,
             the_operator_binary_serves_metrics_and_health,
             with_two_replicas_one_leads_and_the_other_takes_over,
             budgets_grouped_by_a_label_share_one_evaluation_and_read_their_own_values,
@@ -482,6 +484,58 @@ fn a_statefulset_is_scaled_through_its_scale_subresource(env: &TestEnv) {
         .await;
         let status = budget_status(env, &namespace, name).await.and_then(|b| b.status).expect("status");
         assert_eq!(status.phase, Some(BudgetPhase::Undrainable));
+    });
+}
+
+/// A served kind without /scale, or one outside any namespace, is said to be that: not an
+/// object to create, nor a permission to grant. Nothing else is needed to tell, so no load.
+fn a_target_that_cannot_be_scaled_is_named_as_such(env: &TestEnv) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let namespace = env.fresh_namespace("unscalable");
+    env.block_on(async {
+        let model = model(UNDRAINABLE);
+        let maps = Api::<ConfigMap>::namespaced(env.admin(), &namespace);
+        let map: ConfigMap = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}
+        }))
+        .expect("config map");
+        maps.create(&PostParams::default(), &map)
+            .await
+            .expect("create the config map");
+        let _operator = Operator::start(env, &namespace, Some(env.prometheus_url()));
+        for (name, kind, target, expected) in [
+            (
+                "settings",
+                "ConfigMap",
+                "settings",
+                "kind ConfigMap in v1 has no /scale subresource",
+            ),
+            (
+                "nodes",
+                "Node",
+                "node-1",
+                "kind Node in v1 is cluster-scoped",
+            ),
+        ] {
+            let mut budget = budget(name, &model, 1.0, serde_json::json!({}));
+            budget.spec.scale_target_ref.api_version = "v1".into();
+            budget.spec.scale_target_ref.kind = kind.into();
+            budget.spec.scale_target_ref.name = target.into();
+            apply_budget(env, &namespace, &budget).await;
+            wait_until(
+                Duration::from_secs(20),
+                &format!("the budget on a {kind} says why"),
+                || async {
+                    let status = budget_status(env, &namespace, name).await?.status?;
+                    let condition = conditions::find(&status.conditions, "ScalingActive")?;
+                    (condition.status == "False"
+                        && condition.reason == "TargetUnavailable"
+                        && condition.message.contains(expected))
+                    .then_some(())
+                },
+            )
+            .await;
+        }
     });
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use kube::api::{DynamicObject, Patch};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
 use kube::{Api, Client};
 use tokio::time::Instant;
 
@@ -110,6 +111,14 @@ pub enum TargetProblem {
         "spec.scaleTargetRef: {kind} {name} does not exist in this namespace; create it or fix the name"
     )]
     NotFound { kind: String, name: String },
+    #[error(
+        "spec.scaleTargetRef: kind {kind} in {api_version} has no /scale subresource, so it cannot be scaled; point the budget at a Deployment, StatefulSet or another kind with /scale"
+    )]
+    NotScalable { api_version: String, kind: String },
+    #[error(
+        "spec.scaleTargetRef: kind {kind} in {api_version} is cluster-scoped; a budget scales a workload in its own namespace"
+    )]
+    ClusterScoped { api_version: String, kind: String },
     /// The API server refuses to show the target for good (a missing RBAC rule, most likely).
     #[error(
         "spec.scaleTargetRef: the API server refuses to show {kind} {name} to the operator ({source}); grant it get on this kind (the chart's rbac.extraScaleTargets) or point the budget at another workload"
@@ -156,6 +165,24 @@ impl Kinds {
             return Ok(Ok(resource));
         }
         let resource = match kube::discovery::pinned_kind(client, &gvk).await {
+            // Served but unusable: said as such, not as an object to create.
+            Ok((_, capabilities)) if capabilities.scope != Scope::Namespaced => {
+                return Ok(Err(TargetProblem::ClusterScoped {
+                    api_version: target.api_version.clone(),
+                    kind: target.kind.clone(),
+                }));
+            }
+            Ok((_, capabilities))
+                if !capabilities
+                    .subresources
+                    .iter()
+                    .any(|(subresource, _)| subresource.plural == "scale") =>
+            {
+                return Ok(Err(TargetProblem::NotScalable {
+                    api_version: target.api_version.clone(),
+                    kind: target.kind.clone(),
+                }));
+            }
             Ok((resource, _)) => resource,
             // The group, version or kind is not served (404, or missing from the list): the
             // spec names something this cluster does not have.
