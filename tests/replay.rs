@@ -1467,14 +1467,19 @@ fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv)
     let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
     env.block_on(async {
         let mut body = replay_body("orders", "alice", &["a", "b", "c"], None);
-        // The CRD keeps the pod template opaque; the Job's validation finds the missing image.
-        body["spec"]["template"] = json!({"spec": {"containers": [{"name": "replay"}]}});
+        // The CRD checks only names and images in the pod template; the Job's validation
+        // finds a pull policy that does not exist.
+        body["spec"]["template"] = json!({"spec": {"containers": [{
+            "name": "replay",
+            "image": support::image("backlog-replay-worker"),
+            "imagePullPolicy": "Sometimes"
+        }]}});
         create_as(&alice, &namespace, body).await.expect("alice creates");
         approve_as(&bob, &namespace, "orders", "bob").await.expect("bob approves");
         let refused = wait_phase(&alice, &namespace, "orders", ReplayPhase::Refused).await;
         let accepted = condition(&refused, "JobAccepted").expect("JobAccepted condition");
         assert_eq!(accepted.status, "False");
-        assert_mentions(&accepted.message, &["spec.template", "image"], "refused template");
+        assert_mentions(&accepted.message, &["spec.template", "imagePullPolicy"], "refused template");
         let status = refused.status.clone().expect("status");
         assert!(status.stages.iter().all(|s| s.started_at.is_none()), "nothing started");
         assert!(all_jobs(&admin, &namespace).await.is_empty(), "no Job");

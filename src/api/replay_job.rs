@@ -117,11 +117,13 @@ pub struct ReplayJobSpec {
 }
 
 /// The pod template is validated by the API server when the operator creates the Job, so the
-/// CRD keeps it opaque instead of embedding the whole PodSpec schema.
+/// CRD keeps it opaque instead of embedding the whole PodSpec schema; only what every worker
+/// needs is checked here, so a template that cannot run is refused before anyone approves it
+/// rather than by the Job's dry run after.
 pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
-        "description": "A PodTemplateSpec for the replay worker; it must have at least one container.",
+        "description": "A PodTemplateSpec for the replay worker; it must have at least one container, each with a distinct name and an image.",
         "x-kubernetes-preserve-unknown-fields": true,
         "required": ["spec"],
         "properties": {
@@ -134,7 +136,20 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
                     "containers": {
                         "type": "array",
                         "minItems": 1,
-                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                        "maxItems": 64,
+                        "items": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                            "required": ["name", "image"],
+                            "properties": {
+                                "name": {"type": "string", "minLength": 1, "maxLength": 63},
+                                "image": {"type": "string", "minLength": 1, "maxLength": 4096}
+                            }
+                        },
+                        "x-kubernetes-validations": [{
+                            "rule": "self.all(c, self.exists_one(d, d.name == c.name))",
+                            "message": "template.spec.containers need distinct names"
+                        }]
                     }
                 }
             }
