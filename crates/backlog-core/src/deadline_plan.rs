@@ -265,11 +265,7 @@ fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32
             let wait = planner.down_wait(k);
             let outlook = planner.predict(current, current, &|_| lambda, wait);
             let later_inputs = PlanInputs {
-                queue: QueueNow {
-                    backlog: outlook.end_backlog,
-                    oldest_age: outlook.end_age,
-                    shape: inputs.queue.shape.aged_by(wait, lambda),
-                },
+                queue: planner.queue_after(&outlook, wait),
                 ready: if wait > 0.0 { current } else { inputs.ready },
                 starting_in: (inputs.starting_in - wait).max(0.0),
                 ..*inputs
@@ -694,11 +690,7 @@ impl Planner<'_, '_> {
         }
         let outlook = self.predict(replicas, replicas, &|_| lambda, stay);
         let at_end = PlanInputs {
-            queue: QueueNow {
-                backlog: outlook.end_backlog,
-                oldest_age: outlook.end_age,
-                shape: self.inputs.queue.shape.aged_by(stay, lambda),
-            },
+            queue: self.queue_after(&outlook, stay),
             current: replicas,
             ready: replicas,
             starting_in: 0.0,
@@ -709,6 +701,19 @@ impl Planner<'_, '_> {
             settings: self.settings,
         }
         .holds(replicas, limit)
+    }
+
+    /// The queue `seconds` from now as `outlook` predicted it, today's λ arriving meanwhile.
+    fn queue_after(&self, outlook: &Outlook, seconds: f64) -> QueueNow {
+        QueueNow {
+            backlog: outlook.end_backlog,
+            oldest_age: outlook.end_age,
+            shape: self
+                .inputs
+                .queue
+                .shape
+                .aged_by(seconds, self.inputs.produce_rate),
+        }
     }
 
     /// Completion capacity t seconds after going from `ready` ready replicas to `to`:
@@ -818,11 +823,12 @@ impl Planner<'_, '_> {
     }
 
     /// Steps that resolve what the plans ask: a horizon in 150 steps, but no step longer
-    /// than a poll (nor more than 2000 such steps) while the next decisions, a reaction and the drain limit play out. A long
-    /// deadline makes a long horizon, and steps of minutes there could not tell whether a
-    /// queue drains within the drain limit or a switch two polls away: at a 16-hour deadline
-    /// every count, even the cap, seemed to keep waiting events past a 5-minute drain limit,
-    /// and the budget jumped to the cap and back every few minutes.
+    /// than a poll (nor more than 2000 such steps) while the next decisions, a reaction and
+    /// the drain limit play out. A long deadline makes a long horizon, and steps of minutes
+    /// there could not tell whether a queue drains within the drain limit or a switch two
+    /// polls away: at a 16-hour deadline every count, even the cap, seemed to keep waiting
+    /// events past a 5-minute drain limit, and the budget jumped to the cap and back every
+    /// few minutes.
     fn prediction_steps(&self, horizon: f64) -> Steps {
         let coarse = (horizon / 150.0).max(1.0);
         let fine_until = self.drain_by() + self.reaction_seconds() + 2.0 * self.settings.poll;
