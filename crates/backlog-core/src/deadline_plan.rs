@@ -10,6 +10,8 @@
 //!   decision: should today's λ last, the fewest replicas that complete it, started then, keep
 //!   the oldest age below the limit. When no count completes λ, the cap must, with λ lasting
 //!   about as long as it has so far. A peak that ends before that costs no replicas at all.
+//!   A count that carries a recurring load over its period holds through its peak, for as
+//!   long as the last peak lasted.
 //! - **Cost** of a count over the cost window (`economy_dwell`, at least the horizon): it runs
 //!   until holding it no longer leaves time to act, then the keep-up count runs for the rest,
 //!   with today's λ lasting about as long as it has and the recent past after that. Where
@@ -51,6 +53,10 @@ pub struct PlanInputs<'a> {
     pub recent: &'a Replay,
     /// How long λ has been about what it is now (seconds).
     pub current_run_seconds: f64,
+    /// Seconds after the end of `recent` at which this plan starts: 0 for a plan made now,
+    /// the scale-down window's wait for a count judged by the time it will be followed
+    /// (a load that recurs is then at another phase of its period).
+    pub ahead_seconds: f64,
     /// Events per second one replica completes, after the share kept for retries.
     pub per_replica_rate: f64,
     pub partitions: u32,
@@ -139,6 +145,9 @@ pub struct Plan {
     pub falls_behind: bool,
     /// The fewest replicas that complete today's λ (none: not even the cap does).
     pub keep_up: Option<u32>,
+    /// The chosen count falls behind a recurring peak and catches up after it, as after the
+    /// last ones: no scale-up to `keep_up` is planned.
+    pub rides_out: bool,
     /// The predicted trajectory of the plan at today's λ: the chosen count, and the keep-up
     /// count from the next decision when the chosen one falls behind.
     pub outlook: Outlook,
@@ -266,6 +275,7 @@ fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32
             let outlook = planner.predict(current, current, &|_| lambda, wait);
             let later_inputs = PlanInputs {
                 queue: planner.queue_after(&outlook, wait),
+                ahead_seconds: inputs.ahead_seconds + wait,
                 ready: if wait > 0.0 { current } else { inputs.ready },
                 starting_in: (inputs.starting_in - wait).max(0.0),
                 ..*inputs
@@ -279,6 +289,7 @@ fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32
                 && later.carries_returning_peaks(k, down_limit)
                 && later.recovers_if_peak_returns(k, hold_limit)
                 && (!falls_behind
+                    || later.rides_out_recurring_peaks(k, down_limit)
                     || (inputs.economy_allowed && later.economy_lasts(k, down_limit)));
             if !allowed {
                 return None;
@@ -427,14 +438,34 @@ impl Planner<'_, '_> {
         }
         let poll = self.settings.poll;
         let lambda = self.inputs.produce_rate;
+        let ahead = self.inputs.ahead_seconds;
+        // Today's λ until the next decision, then the last period from the phase it will be
+        // at; a plan that starts later starts at a later phase.
         let arrivals = |t: f64| {
-            if t < poll {
+            if t < poll && ahead <= 0.0 {
                 lambda
             } else {
-                period.rate_at(t - poll)
+                period.rate_at((t - poll + ahead).max(0.0))
             }
         };
         self.keeps(replicas, &arrivals, limit, self.settings.horizon)
+    }
+
+    /// A count that carries a load which keeps returning above it over its period (it
+    /// catches up at the trough what it falls behind at the peak) rides today's peak out:
+    /// falling behind λ now is that peak, as long as it has not lasted longer than the last
+    /// one did. Sized for today's λ instead, a count short of the peak asked for the next
+    /// count at every peak and, where the trough is shorter than the scale-down window,
+    /// never came back to the one that carried the load.
+    fn rides_out_recurring_peaks(&self, replicas: u32, limit: f64) -> bool {
+        let level = self.capacity(replicas);
+        let Some((lasted_before, lasting_now)) =
+            self.inputs.recent.recurring_stretches_above(level)
+        else {
+            return false;
+        };
+        lasting_now <= lasted_before + self.settings.poll
+            && self.carries_returning_peaks(replicas, limit)
     }
 
     /// A count below the period's mean falls further behind every period, so it lasts only
@@ -518,8 +549,16 @@ impl Planner<'_, '_> {
     /// Holding `current` until the next decision leaves the deadline reachable: should
     /// today's λ last, the smallest count that keeps up with it, started at the next
     /// decision, keeps the age below `limit`; when none keeps up, the cap does if today's λ
-    /// lasts about as long as it has.
+    /// lasts about as long as it has. Or, where today's λ is a recurring peak above
+    /// `current`, `current` rides it out.
     fn holds(&self, current: u32, limit: f64) -> bool {
+        self.holds_if_lambda_lasts(current, limit)
+            || (self.capacity(current) < self.inputs.produce_rate
+                && self.rides_out_recurring_peaks(current, limit))
+    }
+
+    /// [`Self::holds`] with today's λ taken to last.
+    fn holds_if_lambda_lasts(&self, current: u32, limit: f64) -> bool {
         let lambda = self.inputs.produce_rate;
         let horizon = self.settings.horizon;
         match self.keep_up_count() {
@@ -878,11 +917,16 @@ impl Planner<'_, '_> {
         } else {
             self.predict(replicas, then, &|_| lambda, self.settings.horizon)
         };
+        let rides_out = falls_behind
+            && matches!(reason, PlanReason::Holding | PlanReason::ScaleDown)
+            && !self.holds_if_lambda_lasts(replicas, HOLD_AGE_SHARE * self.settings.age_limit)
+            && self.rides_out_recurring_peaks(replicas, HOLD_AGE_SHARE * self.settings.age_limit);
         Plan {
             replicas,
             reason,
             falls_behind,
             keep_up,
+            rides_out,
             outlook,
             up_limit: self.up_limit(),
         }

@@ -198,6 +198,29 @@ impl Replay {
         })
     }
 
+    /// For a load that rose above `level` at least twice within the window: how long the
+    /// previous stretch above it lasted, and how long λ has been above it since the last
+    /// rise (zero when it is at or below `level` again). `None` for a rise seen once.
+    pub fn recurring_stretches_above(&self, level: f64) -> Option<(f64, f64)> {
+        let above = |rate: f64| rate > level;
+        let rises: Vec<usize> = (1..self.steps.len())
+            .filter(|&i| above(self.steps[i].1) && !above(self.steps[i - 1].1))
+            .collect();
+        let [.., previous, last] = rises.as_slice() else {
+            return None;
+        };
+        let stretch_from = |first: usize| {
+            let end = self.steps[first..]
+                .iter()
+                .find(|(_, rate)| !above(*rate))
+                .map_or(self.span, |(start, _)| *start);
+            end - self.steps[first].0
+        };
+        let now_above = self.steps.last().is_some_and(|(_, rate)| above(*rate));
+        let lasting = if now_above { stretch_from(*last) } else { 0.0 };
+        Some((stretch_from(*previous), lasting))
+    }
+
     /// The stretch around the highest λ of the window during which λ stayed above `level`,
     /// as it was seen: λ from the stretch's start, and its length as the span. `None` when λ
     /// never rose above `level`.
@@ -322,6 +345,45 @@ mod tests {
         );
         // Nothing rose above 2500/s.
         assert_eq!(replay.recurring_above(2500.0), None);
+    }
+
+    #[test]
+    fn a_recurring_peak_tells_how_long_the_last_one_lasted_and_this_one_lasts() {
+        // 2000/s for 2 minutes every 5 minutes over 500/s; the third peak began 40 s ago.
+        let mut history = Vec::new();
+        for cycle in 0..2 {
+            history.push(DemandSample {
+                at: at(300 * cycle),
+                rate: 2000.0,
+            });
+            history.push(DemandSample {
+                at: at(300 * cycle + 120),
+                rate: 500.0,
+            });
+        }
+        history.push(DemandSample {
+            at: at(600),
+            rate: 2000.0,
+        });
+        history.insert(
+            0,
+            DemandSample {
+                at: at(-60),
+                rate: 500.0,
+            },
+        );
+        let replay = Replay::new(&history, at(640), 1800.0, 15.0);
+        assert_eq!(
+            replay.recurring_stretches_above(1000.0),
+            Some((120.0, 40.0))
+        );
+        // In the trough after it, nothing is above the level now.
+        let replay = Replay::new(&history[..5], at(500), 1800.0, 15.0);
+        assert_eq!(replay.recurring_stretches_above(1000.0), Some((120.0, 0.0)));
+        // Seen rising once only, or never above the level: no recurrence.
+        let replay = Replay::new(&history[..3], at(200), 1800.0, 15.0);
+        assert_eq!(replay.recurring_stretches_above(1000.0), None);
+        assert_eq!(replay.recurring_stretches_above(2500.0), None);
     }
 
     #[test]

@@ -427,6 +427,7 @@ fn scale(
             queue,
             produce_rate: lambda,
             recent: &recent,
+            ahead_seconds: 0.0,
             current_run_seconds: demand
                 .last()
                 .map_or(0.0, |run| seconds_between(run.at, now).max(0.0)),

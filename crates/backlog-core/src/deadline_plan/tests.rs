@@ -67,6 +67,7 @@ fn inputs<'a>(
         produce_rate: lambda,
         recent,
         current_run_seconds: 900.0,
+        ahead_seconds: 0.0,
         per_replica_rate: 250.0,
         partitions: 16,
         hot_share: None,
@@ -745,4 +746,106 @@ fn pods_about_to_work_are_not_outbid_by_a_count_given_more_time_to_drain() {
     };
     let p = plan(&slowed, &tight);
     assert_eq!((p.replicas, p.reason), (5, PlanReason::Holding), "{p:?}");
+}
+
+/// A load of 1491/s that rises to 2443/s for 152 s every 440 s, over 12 partitions of
+/// 382/s: 6 replicas complete 2292/s, above the period's mean (1820/s) and below its peak;
+/// the next count that changes the assignment is 12. A 2-minute deadline (limit 1 minute)
+/// with 84 s pod starts and 37 s rebalances: a reaction takes longer than the limit.
+fn recurring_peaks(peak_lasted: i64, now: i64) -> (Replay, PlanSettings) {
+    let mut steps = Vec::new();
+    for start in [269, 709] {
+        steps.push((start, 2443.0));
+        steps.push((start + 152, 1491.0));
+    }
+    steps.insert(0, (0, 1491.0));
+    steps.push((1150, 2443.0));
+    assert!(now - 1150 == peak_lasted);
+    let slow_reaction = PlanSettings {
+        age_limit: 60.0,
+        critical_age: 108.0,
+        deadline: 120.0,
+        drain_limit: 116.0,
+        poll: 15.0,
+        pod_start: 84.0,
+        rebalance: 37.0,
+        horizon: 1352.0,
+        down_delay: 300.0,
+        economy_dwell: 0.0,
+    };
+    (replay_of(&steps, now), slow_reaction)
+}
+
+fn at_recurring_peak(replay: &Replay, lasted: f64, backlog: f64, age: f64) -> PlanInputs<'_> {
+    let mut at_peak = inputs(replay, backlog, age, 2443.0, 6);
+    at_peak.per_replica_rate = 382.0;
+    at_peak.partitions = 12;
+    at_peak.cap = 12;
+    at_peak.current_run_seconds = lasted;
+    at_peak.economy_allowed = false;
+    at_peak.changed_seconds_ago = Some(600.0);
+    at_peak
+}
+
+#[test]
+fn a_count_that_carries_a_recurring_load_rides_out_its_peak() {
+    // 30 s into the third peak, 6 have fallen 4.5k events behind. Should 2443/s last, only
+    // 12 would keep up, and asked for later they would start too late for the limit; but the
+    // peak has come and gone twice, 6 catch up at every trough (the age grows about 10 s
+    // over a peak), and 12 asked for at every peak would be a rebalance each way per period
+    // (with a trough shorter than the scale-down window, never undone).
+    let (replay, settings) = recurring_peaks(30, 1180);
+    let p = plan(&at_recurring_peak(&replay, 30.0, 36_600.0, 15.0), &settings);
+    assert_eq!((p.replicas, p.reason), (6, PlanReason::Holding), "{p:?}");
+    assert!(p.falls_behind && p.rides_out, "{p:?}");
+}
+
+#[test]
+fn a_peak_that_outlasts_the_last_one_is_not_ridden_out() {
+    // The same load 200 s into a peak that lasted 152 s before: it may have become the load.
+    let (replay, settings) = recurring_peaks(200, 1350);
+    let p = plan(
+        &at_recurring_peak(&replay, 200.0, 30_200.0, 13.0),
+        &settings,
+    );
+    assert_eq!((p.replicas, p.reason), (12, PlanReason::ScaleUp), "{p:?}");
+}
+
+#[test]
+fn a_scale_down_followed_later_is_judged_at_the_phase_it_meets() {
+    // 1000/s rising to 2600/s for 152 s every 440 s; 6 replicas (2292/s) carry the mean and
+    // fall 18 s behind over a peak. The history ends at the third peak's start, with 12
+    // replicas idle. 6 carry the load when their 37 s rebalance falls into a trough, not
+    // when it falls onto a peak's start: the oldest event then waits the pause and the
+    // peak's 18 s, past the 42 s a scale-down must stay under.
+    let (_, settings) = recurring_peaks(0, 1150);
+    let replay = replay_of(
+        &[
+            (0, 1000.0),
+            (269, 2600.0),
+            (421, 1000.0),
+            (709, 2600.0),
+            (861, 1000.0),
+            (1150, 2600.0),
+        ],
+        1150,
+    );
+    let mut idle = inputs(&replay, 0.0, 0.0, 2600.0, 12);
+    idle.per_replica_rate = 382.0;
+    idle.partitions = 12;
+    idle.cap = 12;
+    let judged_at = |ahead: f64| {
+        let later = PlanInputs {
+            ahead_seconds: ahead,
+            ..idle
+        };
+        Planner {
+            inputs: &later,
+            settings: &settings,
+        }
+        .carries_returning_peaks(6, DOWN_AGE_SHARE * settings.age_limit)
+    };
+    assert!(!judged_at(0.0), "followed at once, at the peak's start");
+    assert!(judged_at(152.0 + 15.0), "followed at the trough after it");
+    assert!(!judged_at(441.0), "followed at the next peak's start");
 }

@@ -102,6 +102,10 @@ pub(super) fn explain(
         _ => String::new(),
     };
     text.push_str(&match planned.reason {
+        PlanReason::Holding | PlanReason::ScaleDown if planned.rides_out => format!(
+            " → {n}: they complete {}/s, less than λ at this peak, which has returned at a steady period; they catch it up after the peak, as after the last ones, with the oldest age below {limit}",
+            si(values.partition_capacity(n, usable_rate))
+        ),
         PlanReason::Holding if planned.falls_behind => format!(" → holding: {behind}"),
         PlanReason::Holding => format!(
             " → {n} replicas keep the oldest age below {limit} (predicted peak {peak})"
