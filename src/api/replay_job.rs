@@ -193,9 +193,12 @@ pub struct ReplayScope {
 /// A key of a ConfigMap in the replay's namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConfigMapKeyRef {
+    // A name no ConfigMap can have would leave the replay waiting for one forever.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("scope.eventIdsFrom.name must be a ConfigMap's name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"))]
     pub name: String,
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$')").message("scope.eventIdsFrom.key must be a ConfigMap data key: letters, digits, '-', '_' and '.'"))]
     pub key: String,
 }
 
