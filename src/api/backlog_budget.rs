@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::validation::{
     duration_at_least, duration_at_least_literal, duration_at_most, duration_shorter,
-    non_negative_duration, positive_duration,
+    non_negative_duration, not_blank, positive_duration,
 };
 
 pub use crate::core::capacity_estimate::CapacitySource;
@@ -218,19 +218,23 @@ pub struct PrometheusSource {
 pub struct MetricQueries {
     /// Unfinished events (e.g. summed consumer-group lag). Required.
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("metrics.backlog", "give the PromQL that returns the unfinished events as one sample"))]
     pub backlog: String,
     /// Age in seconds of the oldest unfinished event. If absent, the operator estimates it from
     /// backlog and completion rate and says so in status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("metrics.oldestUnfinishedAge", "give the PromQL for the oldest unfinished event's age in seconds, or leave the field out to have it estimated"))]
     pub oldest_unfinished_age: Option<String>,
     /// Events produced per second (λ).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("metrics.produceRate", "give the PromQL for the events produced per second, or leave the field out"))]
     pub produce_rate: Option<String>,
     /// Events completed per second (μ) by the whole workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("metrics.completionRate", "give the PromQL for the events completed per second, or leave the field out"))]
     pub completion_rate: Option<String>,
     /// The window `produceRate` and `completionRate` average over (e.g. 5m for
     /// `rate(…[5m])`). Default: the longest range in those queries, else 1m. After a change of
@@ -243,14 +247,17 @@ pub struct MetricQueries {
     /// Retries per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("metrics.retryRate", "give the PromQL for the retries per second, or leave the field out"))]
     pub retry_rate: Option<String>,
     /// Events quarantined per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("metrics.quarantineRate", "give the PromQL for the events quarantined per second, or leave the field out"))]
     pub quarantine_rate: Option<String>,
     /// Partition count, instead of spec.partitionCount.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("metrics.partitions", "give the PromQL for the partition count, or use spec.partitionCount"))]
     pub partitions: Option<String>,
     /// Unfinished events per partition: one series per partition, labelled `partition`
     /// (e.g. `sum by (partition) (kafka_consumergroup_lag{consumergroup="orders"})`). With it the
@@ -258,6 +265,7 @@ pub struct MetricQueries {
     /// other partitions, and measures capacity only while every partition has work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("metrics.partitionBacklog", "give the PromQL with one series per partition, or leave the field out"))]
     pub partition_backlog: Option<String>,
     /// A label whose value is what sets this budget's queries apart from other budgets' (e.g.
     /// `consumergroup` when each budget asks `…{consumergroup="orders"}`). Every query that
@@ -430,9 +438,11 @@ pub struct EventClass {
     pub name: String,
     /// PromQL: share of this class's executions that fail persistently, in [0, 1].
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("eventClasses[].failureRatio", "give the PromQL for the share of the class's executions that fail"))]
     pub failure_ratio: String,
     /// PromQL: this class's executions per second (to ignore tiny samples).
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("eventClasses[].executionRate", "give the PromQL for the class's executions per second"))]
     pub execution_rate: String,
     /// Fewest executions per second before the breaker decides anything; default 1.
     #[serde(default = "default_min_rate")]
@@ -441,6 +451,7 @@ pub struct EventClass {
     /// PromQL: this class's backlog, taken out of the scaling input while it is paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
+    #[x_kube(validation = not_blank("eventClasses[].backlog", "give the PromQL for the class's backlog, or leave the field out"))]
     pub backlog: Option<String>,
     /// Auto lets the breaker decide; Paused and Active are manual overrides.
     #[serde(default)]
