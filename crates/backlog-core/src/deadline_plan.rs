@@ -118,6 +118,14 @@ pub struct PlanSettings {
     pub economy_dwell: f64,
 }
 
+impl PlanSettings {
+    /// How long economy must keep the margin at today's λ to be entered: the horizon, and
+    /// at least half the dwell.
+    pub fn economy_stay(&self) -> f64 {
+        self.horizon.max(self.economy_dwell / 2.0)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanReason {
     /// The current count keeps the deadline, or leaves time to act at the next decision.
@@ -723,7 +731,7 @@ impl Planner<'_, '_> {
     /// left 105 s later, and entered again an hour on, at a constant load.
     fn economy_lasts(&self, replicas: u32, limit: f64) -> bool {
         let lambda = self.inputs.produce_rate;
-        let stay = self.settings.horizon.max(self.settings.economy_dwell / 2.0);
+        let stay = self.settings.economy_stay();
         if !self.keeps(replicas, &|_| lambda, limit, stay) {
             return false;
         }

@@ -123,8 +123,8 @@ pub(super) fn explain(
             " → need {n}: {current} would let the oldest age pass {limit} (predicted peak {peak} with {n})"
         ),
         PlanReason::ScaleDown if planned.falls_behind => format!(
-            " → economy, {n} replicas for at least {} more: {behind}",
-            seconds(settings.horizon)
+            " → economy, {n} replicas, planned to keep the margin for {} at today's λ: {behind}",
+            seconds(settings.economy_stay())
         ),
         PlanReason::ScaleDown => format!(
             " → {n} suffice: they keep the oldest age below {limit}, also if a recurring peak returns (predicted peak {peak})"
