@@ -164,22 +164,8 @@ impl Replay {
     /// rises, which is what the next period is expected to look like. `None` for a rise seen
     /// once: a one-off peak is not expected back.
     pub fn recurring_above(&self, level: f64) -> Option<Replay> {
-        let rises: Vec<f64> = self
-            .steps
-            .iter()
-            .enumerate()
-            .filter(|(i, (_, rate))| {
-                *rate > level
-                    && i.checked_sub(1)
-                        .and_then(|before| self.steps.get(before))
-                        .is_some_and(|(_, previous)| *previous <= level)
-            })
-            .map(|(_, (start, _))| *start)
-            .collect();
-        let [.., previous, last] = rises.as_slice() else {
-            return None;
-        };
-        let period = last - previous;
+        let [previous, last] = self.last_two_rises_above(level)?;
+        let period = self.steps[last].0 - self.steps[previous].0;
         if period <= 0.0 {
             return None;
         }
@@ -202,23 +188,27 @@ impl Replay {
     /// previous stretch above it lasted, and how long λ has been above it since the last
     /// rise (zero when it is at or below `level` again). `None` for a rise seen once.
     pub fn recurring_stretches_above(&self, level: f64) -> Option<(f64, f64)> {
-        let above = |rate: f64| rate > level;
-        let rises: Vec<usize> = (1..self.steps.len())
-            .filter(|&i| above(self.steps[i].1) && !above(self.steps[i - 1].1))
-            .collect();
-        let [.., previous, last] = rises.as_slice() else {
-            return None;
-        };
+        let [previous, last] = self.last_two_rises_above(level)?;
         let stretch_from = |first: usize| {
             let end = self.steps[first..]
                 .iter()
-                .find(|(_, rate)| !above(*rate))
+                .find(|(_, rate)| *rate <= level)
                 .map_or(self.span, |(start, _)| *start);
             end - self.steps[first].0
         };
-        let now_above = self.steps.last().is_some_and(|(_, rate)| above(*rate));
-        let lasting = if now_above { stretch_from(*last) } else { 0.0 };
-        Some((stretch_from(*previous), lasting))
+        let now_above = self.steps.last().is_some_and(|(_, rate)| *rate > level);
+        let lasting = if now_above { stretch_from(last) } else { 0.0 };
+        Some((stretch_from(previous), lasting))
+    }
+
+    /// The indices of the last two steps at which λ rose above `level` from at or below it.
+    fn last_two_rises_above(&self, level: f64) -> Option<[usize; 2]> {
+        let mut rises = (1..self.steps.len())
+            .rev()
+            .filter(|&i| self.steps[i].1 > level && self.steps[i - 1].1 <= level);
+        let last = rises.next()?;
+        let previous = rises.next()?;
+        Some([previous, last])
     }
 
     /// The stretch around the highest λ of the window during which λ stayed above `level`,
@@ -315,20 +305,28 @@ mod tests {
         assert!((replay.mean() - 500.0).abs() < 1e-9);
     }
 
+    /// 2000/s for 2 minutes every 5 minutes over 500/s, `cycles` times from second 0.
+    fn peaks_every_five_minutes(cycles: i64) -> Vec<DemandSample> {
+        (0..cycles)
+            .flat_map(|cycle| {
+                [
+                    DemandSample {
+                        at: at(300 * cycle),
+                        rate: 2000.0,
+                    },
+                    DemandSample {
+                        at: at(300 * cycle + 120),
+                        rate: 500.0,
+                    },
+                ]
+            })
+            .collect()
+    }
+
     #[test]
     fn a_peak_that_returns_is_replayed_with_its_period() {
         // 2000/s for 2 minutes every 5 minutes over a base of 500/s, now 1 minute into a trough.
-        let mut history = Vec::new();
-        for cycle in 0..3 {
-            history.push(DemandSample {
-                at: at(300 * cycle),
-                rate: 2000.0,
-            });
-            history.push(DemandSample {
-                at: at(300 * cycle + 120),
-                rate: 500.0,
-            });
-        }
+        let history = peaks_every_five_minutes(3);
         let now = at(300 * 2 + 180);
         let replay = Replay::new(&history, now, 1800.0, 15.0);
         let periodic = replay.recurring_above(1000.0).expect("the peak returned");
@@ -350,17 +348,7 @@ mod tests {
     #[test]
     fn a_recurring_peak_tells_how_long_the_last_one_lasted_and_this_one_lasts() {
         // 2000/s for 2 minutes every 5 minutes over 500/s; the third peak began 40 s ago.
-        let mut history = Vec::new();
-        for cycle in 0..2 {
-            history.push(DemandSample {
-                at: at(300 * cycle),
-                rate: 2000.0,
-            });
-            history.push(DemandSample {
-                at: at(300 * cycle + 120),
-                rate: 500.0,
-            });
-        }
+        let mut history = peaks_every_five_minutes(2);
         history.push(DemandSample {
             at: at(600),
             rate: 2000.0,
