@@ -222,7 +222,9 @@ fn plan_for_queue(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
         .raised_under
         .filter(|_| planner.capacity(current) >= inputs.produce_rate)
         .map_or(hold_limit, |limit| limit.max(hold_limit));
-    let holds = planner.holds(current, asked_under);
+    let holds_if_lambda_lasts = planner.holds_if_lambda_lasts(current, asked_under);
+    let rides_out = !holds_if_lambda_lasts && planner.rides_out_peak(current, asked_under);
+    let holds = holds_if_lambda_lasts || rides_out;
     // A probe is held until it is measured, unless the deadline needs more: undone earlier
     // it taught nothing for its two rebalances.
     let probing = inputs.capacity_is_lower_bound
@@ -237,8 +239,11 @@ fn plan_for_queue(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     if holds && let Some(probe) = probe_count(&planner, hold_limit) {
         return planner.outcome(probe, PlanReason::Probe);
     }
-    if holds && let Some(lower) = cheaper_lower_count(&planner, hold_limit) {
-        return planner.outcome(lower, PlanReason::ScaleDown);
+    if holds && let Some((lower, rides_out)) = cheaper_lower_count(&planner, hold_limit) {
+        return Plan {
+            rides_out,
+            ..planner.outcome(lower, PlanReason::ScaleDown)
+        };
     }
     // A scale-up that comes when the age is already past the limit must stop its growth
     // once the new pods work (`up_limit`); no count can undo the age events already have.
@@ -259,7 +264,10 @@ fn plan_for_queue(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
         {
             planner.outcome(k, PlanReason::ScaleUp)
         }
-        _ if holds => planner.outcome(current, PlanReason::Holding),
+        _ if holds => Plan {
+            rides_out,
+            ..planner.outcome(current, PlanReason::Holding)
+        },
         Some((k, _)) if k < inputs.cap || planner.keep_up_count().is_some() => {
             planner.outcome(k, PlanReason::ScaleUp)
         }
@@ -270,8 +278,9 @@ fn plan_for_queue(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
 /// The cheapest count below the current one that the deadline allows, if it costs less than
 /// holding. A scale-down is followed only after the scale-down window, so each count is judged
 /// by the queue it will meet then: a backlog that drains meanwhile leads to one step down, not
-/// a staircase that follows the drain.
-fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
+/// a staircase that follows the drain. Also says whether the count rides out recurring peaks
+/// it falls behind at (rather than entering economy).
+fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<(u32, bool)> {
     let (inputs, settings) = (planner.inputs, planner.settings);
     let current = inputs.current;
     let lambda = inputs.produce_rate;
@@ -293,11 +302,12 @@ fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32
                 settings,
             };
             let falls_behind = later.capacity(k) < lambda;
+            let rides_out = falls_behind && later.rides_out_recurring_peaks(k, down_limit);
             let allowed = later.holds(k, hold_limit)
                 && later.carries_returning_peaks(k, down_limit)
                 && later.recovers_if_peak_returns(k, hold_limit)
                 && (!falls_behind
-                    || later.rides_out_recurring_peaks(k, down_limit)
+                    || rides_out
                     || (inputs.economy_allowed && later.economy_lasts(k, down_limit)));
             if !allowed {
                 return None;
@@ -306,10 +316,10 @@ fn cheaper_lower_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32
             let keep_up_cost = later.keep_up_count().map(|up| later.cost(up, hold_limit));
             let cheaper =
                 cost + settings.rebalance * f64::from(k) < later.cost(current, hold_limit);
-            (cheaper && later.economy_worth(k, cost, keep_up_cost)).then_some((k, cost))
+            (cheaper && later.economy_worth(k, cost, keep_up_cost)).then_some((k, cost, rides_out))
         })
         .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(k, _)| k)
+        .map(|(k, _, rides_out)| (k, rides_out))
 }
 
 /// Idle consumers that were never saturated complete what arrives: per replica that is only
@@ -560,9 +570,13 @@ impl Planner<'_, '_> {
     /// lasts about as long as it has. Or, where today's λ is a recurring peak above
     /// `current`, `current` rides it out.
     fn holds(&self, current: u32, limit: f64) -> bool {
-        self.holds_if_lambda_lasts(current, limit)
-            || (self.capacity(current) < self.inputs.produce_rate
-                && self.rides_out_recurring_peaks(current, limit))
+        self.holds_if_lambda_lasts(current, limit) || self.rides_out_peak(current, limit)
+    }
+
+    /// Today's λ is a recurring peak above `current`, and `current` rides it out.
+    fn rides_out_peak(&self, current: u32, limit: f64) -> bool {
+        self.capacity(current) < self.inputs.produce_rate
+            && self.rides_out_recurring_peaks(current, limit)
     }
 
     /// [`Self::holds`] with today's λ taken to last.
@@ -925,16 +939,12 @@ impl Planner<'_, '_> {
         } else {
             self.predict(replicas, then, &|_| lambda, self.settings.horizon)
         };
-        let rides_out = falls_behind
-            && matches!(reason, PlanReason::Holding | PlanReason::ScaleDown)
-            && !self.holds_if_lambda_lasts(replicas, HOLD_AGE_SHARE * self.settings.age_limit)
-            && self.rides_out_recurring_peaks(replicas, HOLD_AGE_SHARE * self.settings.age_limit);
         Plan {
             replicas,
             reason,
             falls_behind,
             keep_up,
-            rides_out,
+            rides_out: false,
             outlook,
             up_limit: self.up_limit(),
         }
