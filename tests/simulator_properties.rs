@@ -195,6 +195,49 @@ budget:
             "base {base}/s, {rate}/s per replica, {partitions} partitions: {highest} replicas 30 minutes after the burst, the constant optimum is {optimum}"
         );
     }
+    /// Without capacity.perReplicaRate, a consumer that slows down is measured slow while it
+    /// falls behind, and the replicas sized for that are never saturated once it recovers:
+    /// their completions only show the arrivals. The stale measurement is tried again by the
+    /// count that keeps up at the rate seen before the slowdown, so 40 minutes after the
+    /// slowdown ends the replicas are within one of the cheapest count that keeps up with the
+    /// recovered consumer, and the deadline is kept throughout.
+    #[test]
+    fn without_a_prior_the_replicas_return_to_the_base_optimum_after_a_slowdown(
+        rate in 100.0..500.0f64,
+        partitions in 8u32..=32,
+        load in 0.15..0.4f64,
+        factor in 0.4..0.75f64,
+    ) {
+        let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
+        let scenario = model(&format!(
+            r#"
+name: no-prior-slowdown
+duration: 80m
+partitions: {partitions}
+initialReplicas: 2
+production:
+  - {{from: 0s, rate: {lambda}}}
+consumer:
+  perReplicaRate: {rate}
+  slowdowns:
+    - {{from: 10m, to: 30m, factor: {factor:.2}}}
+budget:
+  minReplicas: 1
+  maxReplicas: {partitions}
+  completionDeadline: 10m
+  capacity: {{reservedRetryShare: 0}}
+  scaling: {{targetDrainTime: 5m, scaleDownStabilization: 3m, rebalanceCost: 10s}}
+"#
+        ));
+        let result = simulate(&scenario, PolicyKind::Budget);
+        let optimum = keep_up_optimum(lambda, rate, partitions);
+        let highest = highest_from(&result, 70.0 * 60.0);
+        prop_assert!(
+            highest <= optimum + 1,
+            "λ {lambda}/s, {rate}/s per replica slowed to {factor:.2}, {partitions} partitions: {highest} replicas 40 minutes after the slowdown, the constant optimum is {optimum}"
+        );
+        prop_assert_eq!(result.summary.breach_seconds, 0.0);
+    }
     /// Without capacity.perReplicaRate, a budget that starts with too few replicas for a
     /// partition count they do not divide sees only some consumers fall behind (those
     /// owning one partition more); their average completions understate a replica, and a

@@ -629,6 +629,12 @@ pub struct CapacityStatus {
     /// stands before the next try.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub measured_confirmations: u32,
+    /// The most per replica the consumers were ever shown to complete. Without
+    /// `capacity.perReplicaRate`, a measurement well below it that has gone stale is tried
+    /// again by fewer replicas (source `Stale`): a consumer that recovered from a slowdown is
+    /// never saturated by the replicas sized for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub most_seen_per_replica_rate: Option<f64>,
     /// When fewer replicas were last tried to learn a capacity known only as a lower bound
     /// (the consumers idled and were never saturated); at most one try per cost
     /// window.

@@ -19,6 +19,10 @@ pub enum CapacitySource {
     Measured,
     /// The completions of consumers never seen saturated: a lower bound only.
     Prior,
+    /// A saturated measurement older than it stands, with no configured rate to try instead:
+    /// a lower bound now. Consumers sized for a slowdown are never saturated once it is over,
+    /// so only fewer replicas can show the recovery; one try is made per stale period.
+    Stale,
 }
 
 /// A measurement and when it was taken: exact when the consumers were saturated, otherwise
@@ -32,6 +36,10 @@ pub struct MeasuredCapacity {
     /// stale and the consumers fell short of it again: each doubles how long the measurement
     /// stands, so a wrong prior is not tried again and again at the price of two rebalances.
     pub confirmations: u32,
+    /// The most per replica these consumers were ever shown to complete (this measurement, a
+    /// bound or one before): without a configured rate, only a measurement well below it is
+    /// tested again once stale, since only then may the consumers have recovered from it.
+    pub most_seen: f64,
 }
 
 impl MeasuredCapacity {
@@ -105,9 +113,20 @@ pub struct CapacityEstimate {
 }
 
 impl CapacityEstimate {
-    /// The consumers were never seen saturated: they can do at least this much.
+    /// The consumers were never seen saturated, or not for long: they can do at least this
+    /// much.
     pub fn is_lower_bound(&self) -> bool {
-        self.source == CapacitySource::Prior
+        matches!(self.source, CapacitySource::Prior | CapacitySource::Stale)
+    }
+
+    /// The rate the consumers may have recovered to, when only fewer replicas can show it:
+    /// with no configured rate, a bound (a stale measurement, or what idle consumers show
+    /// since) well below the most they were ever seen to complete. Consumers sized for a
+    /// slowdown are never saturated once it is over.
+    pub fn recovery_to_test(&self) -> Option<f64> {
+        self.measured
+            .map(|m| m.most_seen)
+            .filter(|&most| self.is_lower_bound() && self.per_replica_rate < RECOVERY_GAP * most)
     }
 }
 
@@ -121,10 +140,30 @@ const REFUTED_BELOW: f64 = 0.8;
 /// A measurement within this factor of the stale one it follows confirms it.
 const CONFIRMS_WITHIN: f64 = 1.25;
 
+/// Without a configured rate, a bound below this share of the most the consumers were seen to
+/// complete may be a slowdown they have recovered from. Even a small gap can cost whole
+/// replicas where partitions divide unevenly; whether a cheaper count would keep up at the
+/// most seen is the probe's question, so this only leaves out rounding.
+const RECOVERY_GAP: f64 = 0.99;
+
 /// The estimate for this poll; `None` when nothing at all is known.
 pub fn estimate(
     evidence: CapacityEvidence,
     previous: Option<MeasuredCapacity>,
+    now: Timestamp,
+) -> Option<CapacityEstimate> {
+    let seen_before = previous.map_or(0.0, |m| m.most_seen.max(m.per_replica_rate));
+    let mut estimate = estimate_now(evidence, previous, seen_before, now)?;
+    if let Some(kept) = estimate.measured.as_mut() {
+        kept.most_seen = seen_before.max(kept.per_replica_rate);
+    }
+    Some(estimate)
+}
+
+fn estimate_now(
+    evidence: CapacityEvidence,
+    previous: Option<MeasuredCapacity>,
+    seen_before: f64,
     now: Timestamp,
 ) -> Option<CapacityEstimate> {
     let per_ready = match evidence.completion_rate {
@@ -165,10 +204,13 @@ pub fn estimate(
         (1.0 - m.per_replica_rate / prior) * evidence.prior_test_seconds
             <= evidence.prior_test_age_room
     };
+    // Without a prior, a stale measurement stays the estimate but only as a lower bound,
+    // which fewer replicas may test: the consumer may have recovered unseen.
     let standing = |m: &MeasuredCapacity| {
-        configured.is_none_or(|prior| prior <= m.per_replica_rate || !test_affordable(m, prior))
-            || super::stabilization::seconds_between(m.at, now)
-                < m.stands_for_seconds(evidence.stale_after_seconds)
+        configured.map_or(m.per_replica_rate >= RECOVERY_GAP * seen_before, |prior| {
+            prior <= m.per_replica_rate || !test_affordable(m, prior)
+        }) || super::stabilization::seconds_between(m.at, now)
+            < m.stands_for_seconds(evidence.stale_after_seconds)
     };
     let previous_exact = previous.filter(|m| !m.lower_bound && standing(m));
     // A stale measurement is kept while the configured rate is tried again: if the
@@ -191,6 +233,7 @@ pub fn estimate(
             at: now,
             lower_bound: false,
             confirmations: confirmations(rate),
+            most_seen: 0.0,
         }),
         // Unsaturated consumers completing more than the last measurement prove it stale (the
         // consumer got faster while it had no backlog): it rises to what is proven.
@@ -208,7 +251,10 @@ pub fn estimate(
         .completed_while_busy
         .filter(|rate| rate.is_finite() && *rate >= 0.0 && evidence.ready_replicas > 0)
         .map(|rate| rate / f64::from(evidence.ready_replicas));
-    let in_use = exact.map(|m| m.per_replica_rate).or(configured);
+    let in_use = exact
+        .map(|m| m.per_replica_rate)
+        .or(configured)
+        .or(previous_stale.map(|m| m.per_replica_rate));
     let exact = match (shown_while_busy, in_use) {
         (Some(shown), Some(estimate))
             if !evidence.saturated && shown > 0.0 && shown < REFUTED_BELOW * estimate =>
@@ -218,6 +264,7 @@ pub fn estimate(
                 at: now,
                 lower_bound: false,
                 confirmations: confirmations(shown),
+                most_seen: 0.0,
             })
         }
         _ => exact,
@@ -264,6 +311,7 @@ pub fn estimate(
             at: now,
             lower_bound: true,
             confirmations: 0,
+            most_seen: 0.0,
         }),
         (None, before) => before,
     };
@@ -277,12 +325,25 @@ pub fn estimate(
                 (stale, b) => stale.or(b),
             },
         }),
-        (None, Some(bound)) => Some(CapacityEstimate {
-            per_replica_rate: bound.per_replica_rate,
-            source: CapacitySource::Prior,
-            measured: Some(bound),
-        }),
-        (None, None) => None,
+        // What the consumers completed when last saturated they can do at least; the stale
+        // measurement is kept so that measuring it again counts as a confirmation.
+        (None, bound) => match (previous_stale, bound) {
+            (Some(stale), bound)
+                if bound.is_none_or(|b| b.per_replica_rate <= stale.per_replica_rate) =>
+            {
+                Some(CapacityEstimate {
+                    per_replica_rate: stale.per_replica_rate,
+                    source: CapacitySource::Stale,
+                    measured: Some(stale),
+                })
+            }
+            (_, Some(bound)) => Some(CapacityEstimate {
+                per_replica_rate: bound.per_replica_rate,
+                source: CapacitySource::Prior,
+                measured: Some(bound),
+            }),
+            (_, None) => None,
+        },
     }
 }
 
@@ -405,6 +466,65 @@ mod tests {
             (stale.source, stale.per_replica_rate),
             (CapacitySource::Configured, 250.0)
         );
+    }
+
+    #[test]
+    fn without_a_prior_a_slowdown_gone_stale_is_a_lower_bound_to_test() {
+        // Idle consumers show at least 233/s each; then, saturated, they complete 154/s.
+        let idle = estimate(evidence(932.0, 4, false), None, at(0)).expect("estimate");
+        assert_eq!(idle.per_replica_rate, 233.0);
+        let slow = estimate(evidence(1232.0, 8, true), idle.measured, at(60)).expect("estimate");
+        assert_eq!(
+            (slow.source, slow.per_replica_rate),
+            (CapacitySource::Measured, 154.0)
+        );
+        assert_eq!(slow.measured.map(|m| m.most_seen), Some(233.0));
+        assert_eq!(slow.recovery_to_test(), None);
+        // Sized for the slowdown, the consumers idle once it is over and show only λ.
+        let e = evidence(900.0, 8, false);
+        let still = estimate(e, slow.measured, at(60 + 1799)).expect("estimate");
+        assert_eq!(
+            (still.source, still.recovery_to_test()),
+            (CapacitySource::Measured, None)
+        );
+        let stale = estimate(e, still.measured, at(60 + 1800)).expect("estimate");
+        assert_eq!(
+            (stale.source, stale.per_replica_rate),
+            (CapacitySource::Stale, 154.0)
+        );
+        assert!(stale.is_lower_bound());
+        assert_eq!(stale.recovery_to_test(), Some(233.0));
+        // Fewer replicas saturated at the slowed rate again: a confirmation, which doubles
+        // how long the measurement stands before the next try.
+        let again = estimate(evidence(616.0, 4, true), stale.measured, at(60 + 1900));
+        let again = again.expect("estimate");
+        assert_eq!(
+            (again.source, again.per_replica_rate),
+            (CapacitySource::Measured, 154.0)
+        );
+        assert_eq!(again.measured.map(|m| m.confirmations), Some(1));
+        // Or they keep up: the bound rises to what they complete, and is tested no more once
+        // it is the most ever seen.
+        let kept_up = estimate(evidence(932.0, 4, false), stale.measured, at(60 + 1900));
+        let kept_up = kept_up.expect("estimate");
+        assert_eq!(
+            (kept_up.source, kept_up.per_replica_rate),
+            (CapacitySource::Prior, 233.0)
+        );
+        assert_eq!(kept_up.recovery_to_test(), None);
+    }
+
+    #[test]
+    fn without_a_prior_a_measurement_never_bettered_stands() {
+        let idle = estimate(evidence(800.0, 4, false), None, at(0)).expect("estimate");
+        let busy = estimate(evidence(1000.0, 4, true), idle.measured, at(60)).expect("estimate");
+        let later = estimate(evidence(500.0, 4, false), busy.measured, at(60 + 7200));
+        let later = later.expect("estimate");
+        assert_eq!(
+            (later.source, later.per_replica_rate),
+            (CapacitySource::Measured, 250.0)
+        );
+        assert_eq!(later.recovery_to_test(), None);
     }
 
     #[test]
@@ -667,7 +787,7 @@ mod tests {
             completion in 0.0..1e5f64,
             ready in 1u32..50,
         ) {
-            let before = MeasuredCapacity { per_replica_rate: measured, at: at(0), lower_bound: false, confirmations: 0 };
+            let before = MeasuredCapacity { per_replica_rate: measured, at: at(0), lower_bound: false, confirmations: 0, most_seen: measured };
             let e = estimate(evidence(completion, ready, false), Some(before), at(60));
             let e = e.expect("a measurement exists");
             prop_assert!(e.per_replica_rate >= measured);

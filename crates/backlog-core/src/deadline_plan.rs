@@ -77,6 +77,11 @@ pub struct PlanInputs<'a> {
     pub down_waits: &'a [f64],
     /// `per_replica_rate` is only a lower bound: the consumers were never seen saturated.
     pub capacity_is_lower_bound: bool,
+    /// The bound is a saturated measurement gone stale with no configured rate to try, and
+    /// this is the most per replica the consumers were seen to complete before: they may
+    /// have recovered to it, and only fewer replicas show that, so one probe is allowed even
+    /// after the budget's first change, to a count that keeps up if they have.
+    pub recovered_rate: Option<f64>,
     /// The backlog rose since the previous decision: some consumers are saturated, and the
     /// bound is what they complete, not an idle group's.
     pub backlog_rising: bool,
@@ -342,7 +347,7 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
     // A probe costs two changes, so it is how a budget starts, not something it does at a
     // load it has settled at: only before the budget's first change (a probe is one, so it
     // is tried once; one that ended without a measurement left a higher bound).
-    let started = inputs.changed_seconds_ago.is_some();
+    let started = inputs.changed_seconds_ago.is_some() && inputs.recovered_rate.is_none();
     if !inputs.capacity_is_lower_bound || !idle || started {
         return None;
     }
@@ -357,8 +362,16 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
     // The backlog the try leaves must be gone within targetDrainTime of the way back being
     // ready: a way back that only just keeps up at the bound would hold it for good.
     let back_by = lasts + settings.pod_start + settings.rebalance + settings.drain_limit;
+    // A stale measurement is tested by the count that keeps up if the consumers recovered:
+    // fewer would only measure the slowdown again, at a higher price in age.
+    let recovered_keeps_up = |k: u32| {
+        inputs
+            .recovered_rate
+            .is_none_or(|rate| group_capacity(k, inputs.partitions, rate) >= lambda)
+    };
     planner
         .useful(inputs.floor, inputs.current.saturating_sub(1))
+        .filter(|&k| recovered_keeps_up(k))
         .find(|&k| {
             let outlook = planner.predict_switching(
                 k,

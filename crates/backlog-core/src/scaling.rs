@@ -26,7 +26,7 @@ use super::trajectory::QueueNow;
 use gather::{Values, gather};
 use timing::{
     assumed_pod_start_seconds, demand_window_seconds, measurement_settle_seconds,
-    plan_horizon_seconds, rate_window_seconds,
+    measurement_stale_seconds, plan_horizon_seconds, rate_window_seconds,
 };
 use wording::{deadline_condition, explain, metrics_message, skew_condition};
 
@@ -169,14 +169,17 @@ impl UsedValues {
     pub fn per_replica_rate_measured(&self) -> bool {
         matches!(
             self.capacity_source,
-            Some(CapacitySource::Measured | CapacitySource::Prior)
+            Some(CapacitySource::Measured | CapacitySource::Prior | CapacitySource::Stale)
         )
     }
 
-    /// The rate was measured on consumers that were not saturated: only a lower bound of
-    /// their capacity.
+    /// The rate was measured on consumers that were not saturated, or saturated too long ago:
+    /// only a lower bound of their capacity.
     pub fn per_replica_rate_is_lower_bound(&self) -> bool {
-        self.capacity_source == Some(CapacitySource::Prior)
+        matches!(
+            self.capacity_source,
+            Some(CapacitySource::Prior | CapacitySource::Stale)
+        )
     }
 }
 
@@ -442,6 +445,16 @@ fn scale(
             economy_allowed: economy::allowed(&memory.economy, config.economy_dwell_seconds, now),
             down_waits: &down_waits,
             capacity_is_lower_bound: values.used.per_replica_rate_is_lower_bound(),
+            // One try per stale period: a try that neither kept up nor was saturated left a
+            // bound still low, and trying again at once would be a cycle of rebalances.
+            recovered_rate: values
+                .recovery_to_test
+                .filter(|_| {
+                    memory.probed_at.is_none_or(|at| {
+                        seconds_between(at, now) >= measurement_stale_seconds(config)
+                    })
+                })
+                .map(|rate| rate * (1.0 - config.reserved_retry_share)),
             backlog_rising: values.backlog_rising,
             measurement_seconds,
             probed_seconds_ago: memory.probed_at.map(|at| seconds_between(at, now)),

@@ -73,6 +73,7 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
                 at: c.measured_at.as_ref()?.0,
                 lower_bound: c.measured_lower_bound,
                 confirmations: c.measured_confirmations,
+                most_seen: c.most_seen_per_replica_rate.unwrap_or(0.0),
             })
         }),
         pods_pending_since: status.pods_pending_since.as_ref().map(|t| t.0),
@@ -174,6 +175,11 @@ pub fn after_decision(
                 measured_at: decision.memory.capacity.map(|m| MicroTime(m.at)),
                 measured_lower_bound: decision.memory.capacity.is_some_and(|m| m.lower_bound),
                 measured_confirmations: decision.memory.capacity.map_or(0, |m| m.confirmations),
+                most_seen_per_replica_rate: decision
+                    .memory
+                    .capacity
+                    .map(|m| m.most_seen)
+                    .filter(|&rate| rate > 0.0),
                 probed_at: decision.memory.probed_at.map(MicroTime),
             }),
             _ => previous.capacity.clone(),

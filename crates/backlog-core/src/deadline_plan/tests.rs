@@ -79,6 +79,7 @@ fn inputs<'a>(
         economy_allowed: true,
         down_waits: &[],
         capacity_is_lower_bound: false,
+        recovered_rate: None,
         backlog_rising: false,
         measurement_seconds: 0.0,
         probed_seconds_ago: None,
@@ -419,6 +420,29 @@ fn a_scale_down_keeps_a_way_back_to_the_recent_load() {
     };
     let p = plan(&stalled, &long);
     assert!(p.replicas < 3, "{p:?}");
+}
+
+#[test]
+fn a_slowdown_measured_long_ago_is_tried_again_by_the_count_the_recovery_needs() {
+    // 950/s over 16 partitions, a slowdown measured at 70/s per replica (16 replicas kept
+    // up) that has gone stale; before it the consumers completed 250/s. The budget changed
+    // replicas before, so the probe that starts a budget is over: only the chance of a
+    // recovery allows another one, and to 4 replicas (the fewest that keep up at 250/s),
+    // not to the fewest that merely leave the way back, which would only measure the
+    // slowdown again if it lasts.
+    let replay = recent(&[950.0; 24]);
+    let mut stale = inputs(&replay, 0.0, 0.0, 950.0, 16);
+    stale.per_replica_rate = 70.0;
+    stale.capacity_is_lower_bound = true;
+    stale.changed_seconds_ago = Some(3600.0);
+    let settled = plan(&stale, &settings());
+    assert_ne!(settled.reason, PlanReason::Probe, "{settled:?}");
+    stale.recovered_rate = Some(250.0);
+    let p = plan(&stale, &settings());
+    assert_eq!((p.replicas, p.reason), (4, PlanReason::Probe), "{p:?}");
+    // Where no fewer replicas would keep up even at the recovered rate, nothing is tried.
+    stale.recovered_rate = Some(950.0 / 15.0);
+    assert_ne!(plan(&stale, &settings()).reason, PlanReason::Probe);
 }
 
 #[test]

@@ -5,7 +5,8 @@
 use jiff::Timestamp;
 
 use super::timing::{
-    measurement_settle_seconds, prior_test_seconds, rate_window_seconds, reaction_seconds,
+    measurement_settle_seconds, measurement_stale_seconds, prior_test_seconds, rate_window_seconds,
+    reaction_seconds,
 };
 use super::{PreviousObservation, ScalingInputs, ScalingMemory, UsedValues};
 use crate::budget_config::{BudgetConfig, PartitionSource};
@@ -28,6 +29,9 @@ pub(super) struct Values {
     pub(super) partitions: u32,
     pub(super) per_replica_rate: f64,
     pub(super) capacity_measured: Option<MeasuredCapacity>,
+    /// The per-replica rate the consumers may have recovered to from a slowdown measured
+    /// long ago ([`crate::capacity_estimate::CapacityEstimate::recovery_to_test`]).
+    pub(super) recovery_to_test: Option<f64>,
     pub(super) busy_since: Option<Timestamp>,
     /// Work waits and the replicas changed too lately for the completion rate to show what
     /// the new count completes: the capacity that chose it is not confirmed yet.
@@ -272,7 +276,7 @@ pub(super) fn gather(
             keeping_up,
             saturated,
             settled,
-            stale_after_seconds: 2.0 * config.scale_down_stabilization_seconds.max(300.0),
+            stale_after_seconds: measurement_stale_seconds(config),
             prior_test_seconds: prior_test_seconds(config, memory),
             prior_test_age_room: config.warning_at * config.deadline_seconds,
         },
@@ -387,6 +391,7 @@ pub(super) fn gather(
                 partitions,
                 per_replica_rate: rate,
                 capacity_measured: capacity.and_then(|c| c.measured),
+                recovery_to_test: capacity.and_then(|c| c.recovery_to_test()),
                 busy_since,
                 awaiting_measurement: busy && changed_lately,
                 backlog_rising,

@@ -744,6 +744,7 @@ fn a_scrape_slower_than_the_poll_does_not_prove_twice_the_drop() {
             at: at(900),
             lower_bound: false,
             confirmations: 0,
+            most_seen: 200.0,
         }),
         ..ScalingMemory::default()
     };
@@ -1205,6 +1206,7 @@ fn a_drain_after_a_scale_up_raises_a_bound_never_measured_saturated() {
             at: at(0),
             lower_bound: true,
             confirmations: 0,
+            most_seen: 500.0,
         }),
         last_change_at: Some(at(100)),
         last_change_raised: true,

@@ -18,6 +18,12 @@ pub(super) fn rate_window_seconds(config: &BudgetConfig) -> f64 {
         .max(2.0 * config.poll_interval_seconds)
 }
 
+/// How long a measurement stands without a saturated poll before it is tested again (by the
+/// configured rate, or without one by fewer replicas); each confirmation doubles it.
+pub(super) fn measurement_stale_seconds(config: &BudgetConfig) -> f64 {
+    2.0 * config.scale_down_stabilization_seconds.max(300.0)
+}
+
 /// How long fewer replicas sized by a configured rate run before a shortfall is met: their
 /// completions measured after the change (no pod starts for a scale-down), then a reaction
 /// (two polls, a pod start, a rebalance).

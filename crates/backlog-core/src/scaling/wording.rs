@@ -67,6 +67,9 @@ pub(super) fn explain(
     let source = match values.used.capacity_source {
         Some(CapacitySource::Measured) => " (measured while saturated)",
         Some(CapacitySource::Prior) => " (lower bound: the consumers were never saturated)",
+        Some(CapacitySource::Stale) => {
+            " (lower bound: measured while saturated long ago; the consumers may have recovered)"
+        }
         _ => "",
     };
     let mut text = format!(
@@ -129,9 +132,18 @@ pub(super) fn explain(
         PlanReason::ScaleDown => format!(
             " → {n} suffice: they keep the oldest age below {limit}, also if a recurring peak returns (predicted peak {peak})"
         ),
-        PlanReason::Probe => format!(
-            " → trying {n} to learn what the consumers complete: the rate is only a lower bound while they idle, and even at it the partition count, asked for once the try could be measured, keeps the oldest age below {limit} (predicted peak {peak})"
-        ),
+        PlanReason::Probe => {
+            let why = match values.recovery_to_test {
+                Some(before) => format!(
+                    "{n} keep up if the consumers recovered to the {}/s each they completed before, and the rate measured since is only a lower bound while they idle",
+                    si(before)
+                ),
+                None => "the rate is only a lower bound while they idle".to_owned(),
+            };
+            format!(
+                " → trying {n} to learn what the consumers complete: {why}, and even at it the partition count, asked for once the try could be measured, keeps the oldest age below {limit} (predicted peak {peak})"
+            )
+        }
         PlanReason::CapFallsShort => format!(
             " → need more than {cap}: even {cap} let the oldest age reach {peak} (limit {limit})"
         ),
