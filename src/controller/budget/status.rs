@@ -300,6 +300,46 @@ mod tests {
     }
 
     #[test]
+    fn a_measurement_and_the_most_seen_survive_a_round_trip_through_status() {
+        use crate::api::backlog_budget::CapacityStatus;
+        use crate::core::capacity_estimate::CapacitySource;
+        let status = BacklogBudgetStatus {
+            capacity: Some(CapacityStatus {
+                source: CapacitySource::Measured,
+                per_replica_rate: 154.0,
+                measured_per_replica_rate: Some(154.0),
+                measured_at: Some(MicroTime(at(0))),
+                measured_lower_bound: false,
+                measured_confirmations: 1,
+                most_seen_per_replica_rate: Some(233.0),
+                probed_at: None,
+            }),
+            ..BacklogBudgetStatus::default()
+        };
+        let memory = memory_of(&status);
+        let kept = MeasuredCapacity {
+            per_replica_rate: 154.0,
+            at: at(0),
+            lower_bound: false,
+            confirmations: 1,
+            most_seen: 233.0,
+        };
+        assert_eq!(memory.capacity, Some(kept));
+        // Without a prior and long after it, the measurement is a lower bound that may be
+        // tried again; status keeps what the next poll needs to judge it.
+        let no_prior = BudgetConfig {
+            per_replica_rate: None,
+            ..config()
+        };
+        let later = decide(&no_prior, &inputs(0.0, 100.0, 6), &memory, at(7200));
+        let status = after_decision(&status, &later, Some(1), at(7200));
+        let capacity = status.capacity.as_ref().expect("a capacity is known");
+        assert_eq!(capacity.source, CapacitySource::Stale);
+        assert_eq!(capacity.most_seen_per_replica_rate, Some(233.0));
+        assert_eq!(memory_of(&status).capacity, Some(kept));
+    }
+
+    #[test]
     fn an_idle_poll_is_not_a_status_change() {
         // 1200/s needs all 12 replicas: nothing to wait for, nothing to change.
         let decision = decide(
