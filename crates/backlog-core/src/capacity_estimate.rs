@@ -37,8 +37,8 @@ pub struct MeasuredCapacity {
     /// stands, so a wrong prior is not tried again and again at the price of two rebalances.
     pub confirmations: u32,
     /// The most per replica these consumers were ever shown to complete (this measurement, a
-    /// bound or one before): without a configured rate, only a measurement well below it is
-    /// tested again once stale, since only then may the consumers have recovered from it.
+    /// bound or one before): without a configured rate, only a measurement below it is tested
+    /// again once stale, since only then may the consumers have recovered from it.
     pub most_seen: f64,
 }
 
@@ -121,7 +121,7 @@ impl CapacityEstimate {
 
     /// The rate the consumers may have recovered to, when only fewer replicas can show it:
     /// with no configured rate, a bound (a stale measurement, or what idle consumers show
-    /// since) well below the most they were ever seen to complete. Consumers sized for a
+    /// since) below the most they were ever seen to complete. Consumers sized for a
     /// slowdown are never saturated once it is over.
     pub fn recovery_to_test(&self) -> Option<f64> {
         self.measured

@@ -77,10 +77,12 @@ pub struct PlanInputs<'a> {
     pub down_waits: &'a [f64],
     /// `per_replica_rate` is only a lower bound: the consumers were never seen saturated.
     pub capacity_is_lower_bound: bool,
-    /// The bound is a saturated measurement gone stale with no configured rate to try, and
-    /// this is the most per replica the consumers were seen to complete before: they may
-    /// have recovered to it, and only fewer replicas show that, so one probe is allowed even
-    /// after the budget's first change, to a count that keeps up if they have.
+    /// With no configured rate, the bound (a saturated measurement gone stale, or what idle
+    /// consumers showed since) is below this, the most per replica the consumers were seen
+    /// to complete: they may have recovered to it from a slowdown, and only fewer replicas
+    /// show that, so a probe is allowed even after the budget's first change, to a count
+    /// that keeps up if they have. `None` outside that case or within a stale period of
+    /// the last probe.
     pub recovered_rate: Option<f64>,
     /// The backlog rose since the previous decision: some consumers are saturated, and the
     /// bound is what they complete, not an idle group's.
@@ -346,7 +348,8 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
         && f64::from(inputs.ready) * inputs.per_replica_rate >= KEEPS_UP_SHARE * lambda;
     // A probe costs two changes, so it is how a budget starts, not something it does at a
     // load it has settled at: only before the budget's first change (a probe is one, so it
-    // is tried once; one that ended without a measurement left a higher bound).
+    // is tried once; one that ended without a measurement left a higher bound), or once per
+    // stale period where the consumers may have recovered from a slowdown.
     let started = inputs.changed_seconds_ago.is_some() && inputs.recovered_rate.is_none();
     if !inputs.capacity_is_lower_bound || !idle || started {
         return None;
