@@ -630,7 +630,7 @@ pub struct CapacityStatus {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub measured_confirmations: u32,
     /// The most per replica the consumers were ever shown to complete. Without
-    /// `capacity.perReplicaRate`, a measurement well below it that has gone stale is tried
+    /// `capacity.perReplicaRate`, a measurement below it that has gone stale is tried
     /// again by fewer replicas (source `Stale`): a consumer that recovered from a slowdown is
     /// never saturated by the replicas sized for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

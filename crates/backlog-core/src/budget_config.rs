@@ -232,6 +232,12 @@ fn in_range(field: &'static str, value: f64, min: f64, max: f64) -> Result<f64, 
 }
 
 impl BudgetConfig {
+    /// What a replica completing `per_replica_rate` leaves for new events once the share kept
+    /// for retries is set aside: the rate every count is planned with.
+    pub fn usable_rate(&self, per_replica_rate: f64) -> f64 {
+        per_replica_rate * (1.0 - self.reserved_retry_share)
+    }
+
     pub fn from_spec(spec: &BudgetDefinition) -> Result<Self, BudgetSpecError> {
         if spec.min_replicas < 1 || spec.min_replicas > spec.max_replicas {
             return Err(BudgetSpecError::ReplicaRange {

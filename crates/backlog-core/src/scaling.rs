@@ -330,7 +330,7 @@ fn scale(
     let ready = inputs.ready_replicas.unwrap_or(current);
     let lambda = values.produce_rate;
     let rate = values.per_replica_rate;
-    let capacity = rate * (1.0 - config.reserved_retry_share);
+    let capacity = config.usable_rate(rate);
     let cap = config.max_replicas.min(values.partitions);
     let floor = config.min_replicas.min(cap);
     let partition_bound = values.partitions <= config.max_replicas;
@@ -454,7 +454,7 @@ fn scale(
                         seconds_between(at, now) >= measurement_stale_seconds(config)
                     })
                 })
-                .map(|rate| rate * (1.0 - config.reserved_retry_share)),
+                .map(|rate| config.usable_rate(rate)),
             backlog_rising: values.backlog_rising,
             measurement_seconds,
             probed_seconds_ago: memory.probed_at.map(|at| seconds_between(at, now)),
