@@ -65,7 +65,7 @@ pub struct CompensationSpec {
     /// runs. Immutable.
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("compensationId is immutable: a different compensation is a new Compensation"))]
-    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._:/-]*$')").message("compensationId may hold letters, digits and . _ : / - and starts with a letter or digit"))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$') && !self.contains('//')").message("compensationId may hold letters, digits and . _ : / -, starts and ends with a letter or digit, and has no empty segment (//): its operation ids append /<index>-<name> to it"))]
     pub compensation_id: String,
     /// The event whose effect this compensates.
     #[schemars(length(min = 1, max = 253))]
