@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             a_precondition_that_moved_on_stops_with_nothing_done,
             an_unknown_outcome_is_recorded_and_never_run_again,
             a_restarted_operator_creates_no_second_job,
+            a_template_that_is_not_a_pod_template_holds_up_no_other_compensation,
         ],
         true,
     )
@@ -745,6 +746,46 @@ fn a_restarted_operator_creates_no_second_job(env: &TestEnv) {
         assert_eq!(
             executed(env, &namespace).await,
             ["refund-o-126/0-refund", "refund-o-126/1-notify"]
+        );
+    });
+}
+
+/// A worker template with a value of the wrong type outside the outline the CRD checks is
+/// stored; it is refused on its own Compensation, naming the field, and stops no other.
+fn a_template_that_is_not_a_pod_template_holds_up_no_other_compensation(env: &TestEnv) {
+    set_up(env);
+    let namespace = env.fresh_restricted_namespace("comp-mistyped");
+    let _operator = start_operator(env, &namespace);
+    let alice = env.client("alice");
+    env.block_on(async {
+        let mut mistyped = body("mistyped", "refund-o-1", "alice", json!([]));
+        mistyped["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!("thirty");
+        create_as(&alice, &namespace, mistyped)
+            .await
+            .expect("the API server stores a template it does not check");
+        create_as(
+            &alice,
+            &namespace,
+            body("refund", "refund-o-2", "alice", json!([])),
+        )
+        .await
+        .expect("alice asks");
+        wait_phase(
+            env,
+            &namespace,
+            "refund",
+            CompensationPhase::AwaitingApproval,
+        )
+        .await;
+        let refused = wait_phase(env, &namespace, "mistyped", CompensationPhase::Refused).await;
+        let message = refused.status.and_then(|s| s.message).unwrap_or_default();
+        assert_mentions(
+            &message,
+            &[
+                "spec.template.spec.terminationGracePeriodSeconds is not what a Pod takes",
+                "invalid type",
+            ],
+            "mistyped template",
         );
     });
 }

@@ -65,6 +65,7 @@ fn main() -> ExitCode {
             a_tenant_cannot_ask_or_approve_in_anothers_name,
             an_approved_spec_cannot_be_swapped,
             a_tenant_cannot_touch_the_policies,
+            a_template_that_is_not_a_pod_template_holds_up_no_other_replay,
         ],
         false,
     )
@@ -1156,6 +1157,41 @@ fn a_replay_cannot_point_the_operator_at_any_url(env: &TestEnv) {
         "the operator connected to {}",
         target.address
     );
+}
+
+/// The CRD checks only the outline of a worker's pod template, so a value of the wrong type
+/// elsewhere in it is stored. Decoded with the operator's list of every replay in scope, one
+/// such template stopped all of them: it is refused on its own object instead, naming the
+/// field, and a replay asked for after it is reconciled as usual.
+fn a_template_that_is_not_a_pod_template_holds_up_no_other_replay(env: &TestEnv) {
+    let world = world(env);
+    let ns = &world.team;
+    env.block_on(async {
+        let mut body = replay("mistyped", "mallory", "a30.dlq", &["e-1"]);
+        body["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!("thirty");
+        create(&env.client("mallory"), ns, body)
+            .await
+            .expect("the API server stores a template it does not check");
+        create(
+            &env.client("alice"),
+            ns,
+            replay("after-mistyped", "alice", "a31.dlq", &["e-1", "e-2"]),
+        )
+        .await
+        .expect("alice asks");
+        wait_phase(env, ns, "after-mistyped", ReplayPhase::AwaitingApproval).await;
+        let refused = wait_phase(env, ns, "mistyped", ReplayPhase::Refused).await;
+        let admitted = condition(&refused, "Admitted").expect("Admitted");
+        assert_eq!(admitted.status, "False");
+        assert_mentions(
+            &admitted.message,
+            &[
+                "spec.template.spec.terminationGracePeriodSeconds is not what a Pod takes",
+                "invalid type",
+            ],
+            "mistyped template",
+        );
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -97,7 +96,7 @@ pub struct CompensationSpec {
     pub dry_run_evidence: String,
     /// The worker's pod template: the team's compensation tool image.
     #[schemars(schema_with = "super::replay_job::pod_template_schema")]
-    pub template: PodTemplateSpec,
+    pub template: super::worker_template::WorkerTemplate,
 }
 
 /// Why a compensation is needed: a controlled vocabulary, so that reports can count them.

@@ -8,6 +8,7 @@ pub mod readiness;
 pub mod replay_job;
 pub mod retry_policy;
 pub mod validation;
+pub mod worker_template;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -1,6 +1,5 @@
 //! `ReplayJob` (`rj`): a scoped, approved, audited replay of quarantined events.
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -113,21 +112,80 @@ pub struct ReplayJobSpec {
     pub prometheus: Option<super::backlog_budget::PrometheusSource>,
     /// The worker's pod template: the team's replay tool image.
     #[schemars(schema_with = "pod_template_schema")]
-    pub template: PodTemplateSpec,
+    pub template: super::worker_template::WorkerTemplate,
 }
 
 /// The pod template is validated by the API server when the operator creates the Job, so the
-/// CRD keeps it opaque instead of embedding the whole PodSpec schema; only what every worker
-/// needs is checked here, so a template that cannot run is refused before anyone approves it
-/// rather than by the Job's dry run after.
+/// CRD keeps it open instead of embedding the whole PodSpec schema (half a megabyte per CRD,
+/// past what client-side `kubectl apply` can annotate). What every worker needs is checked
+/// here, so a template that cannot run is refused before anyone approves it rather than by the
+/// Job's dry run after; and the fields a template is most often written with get their types,
+/// so a YAML slip there (`value: 5`) is refused at once. A slip elsewhere is stored, and the
+/// operator refuses that one object ([`super::worker_template`]).
 pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let strings = serde_json::json!({"type": "array", "items": {"type": "string"}});
+    let string_map =
+        serde_json::json!({"type": "object", "additionalProperties": {"type": "string"}});
+    let quantities = serde_json::json!({
+        "type": "object",
+        "additionalProperties": {"x-kubernetes-int-or-string": true}
+    });
+    let container = serde_json::json!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "required": ["name", "image"],
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 63},
+            "image": {"type": "string", "minLength": 1, "maxLength": 4096},
+            "command": strings,
+            "args": strings,
+            "workingDir": {"type": "string"},
+            "imagePullPolicy": {"type": "string"},
+            "env": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true,
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "value": {"type": "string"},
+                        "valueFrom": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                    }
+                }
+            },
+            "ports": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true,
+                    "required": ["containerPort"],
+                    "properties": {
+                        "containerPort": {"type": "integer", "format": "int32"},
+                        "hostPort": {"type": "integer", "format": "int32"},
+                        "name": {"type": "string"},
+                        "protocol": {"type": "string"}
+                    }
+                }
+            },
+            "resources": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"limits": quantities, "requests": quantities}
+            }
+        }
+    });
     schemars::json_schema!({
         "type": "object",
         "description": "A PodTemplateSpec for the replay worker; it must have at least one container, each with a distinct name and an image.",
         "x-kubernetes-preserve-unknown-fields": true,
         "required": ["spec"],
         "properties": {
-            "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "metadata": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"labels": string_map, "annotations": string_map}
+            },
             "spec": {
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": true,
@@ -137,20 +195,15 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
                         "type": "array",
                         "minItems": 1,
                         "maxItems": 64,
-                        "items": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": true,
-                            "required": ["name", "image"],
-                            "properties": {
-                                "name": {"type": "string", "minLength": 1, "maxLength": 63},
-                                "image": {"type": "string", "minLength": 1, "maxLength": 4096}
-                            }
-                        },
+                        "items": container,
                         "x-kubernetes-validations": [{
                             "rule": "self.all(c, self.exists_one(d, d.name == c.name))",
                             "message": "template.spec.containers need distinct names"
                         }]
-                    }
+                    },
+                    "initContainers": {"type": "array", "maxItems": 64, "items": container},
+                    "serviceAccountName": {"type": "string"},
+                    "nodeSelector": string_map
                 }
             }
         }

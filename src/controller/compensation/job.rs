@@ -55,7 +55,8 @@ fn contract_env(compensation: &Compensation, sha: &str) -> Vec<EnvVar> {
     .collect()
 }
 
-/// The worker's Job, created suspended. `None` without a uid (no owner to name).
+/// The worker's Job, created suspended. `None` without a uid (no owner to name), or when the
+/// template is not a pod template (refused before the start).
 pub fn build(
     compensation: &Compensation,
     config_map: &str,
@@ -76,7 +77,7 @@ pub fn build(
     ]);
     let env = contract_env(compensation, sha);
     let mut template = worker_pod::prepare(
-        compensation.spec.template.clone(),
+        compensation.spec.template.decode().ok()?,
         &labels,
         &env,
         &FrozenMount {

@@ -111,7 +111,8 @@ pub fn labels(replay: &str, record: &StageRecord) -> BTreeMap<String, String> {
 }
 
 /// The Job of a stage. `None` when the replay has no uid (it was not read from the API
-/// server), since the Job could not name its owner.
+/// server), since the Job could not name its owner, or when its template is not a pod
+/// template (refused before any stage starts).
 pub fn build(
     replay: &ReplayJob,
     record: &StageRecord,
@@ -125,7 +126,7 @@ pub fn build(
     let env = contract_env(replay, record, scope);
 
     let template = worker_pod::prepare(
-        replay.spec.template.clone(),
+        replay.spec.template.decode().ok()?,
         &labels,
         &env,
         &FrozenMount {

@@ -12,6 +12,8 @@ use k8s_openapi::api::core::v1::{
     Volume,
 };
 
+use crate::api::worker_template::WorkerTemplate;
+
 /// The ServiceAccount a worker runs as when its template names none.
 pub const DEFAULT_WORKER_SERVICE_ACCOUNT: &str = "replay-worker";
 
@@ -84,7 +86,15 @@ impl Default for WorkerPolicy {
 const PROFILE: &str = "replay workers run under the restricted Pod Security profile";
 
 /// Every rule `template` breaks, each naming the field and the fix; empty when it may run.
-pub fn problems(template: &PodTemplateSpec, policy: &WorkerPolicy) -> Vec<String> {
+/// A template that is not a `PodTemplateSpec` at all is refused for its first wrong field.
+pub fn problems(template: &WorkerTemplate, policy: &WorkerPolicy) -> Vec<String> {
+    match template.decode() {
+        Ok(template) => decoded_problems(&template, policy),
+        Err(undecodable) => vec![undecodable.to_string()],
+    }
+}
+
+fn decoded_problems(template: &PodTemplateSpec, policy: &WorkerPolicy) -> Vec<String> {
     let mut found = Vec::new();
     let Some(pod) = &template.spec else {
         return vec!["spec.template.spec is missing: give the worker's containers".to_owned()];
@@ -364,8 +374,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn template(spec: serde_json::Value) -> PodTemplateSpec {
-        serde_json::from_value(serde_json::json!({ "spec": spec })).unwrap()
+    fn template(spec: serde_json::Value) -> WorkerTemplate {
+        WorkerTemplate::from(serde_json::json!({ "spec": spec }))
     }
 
     fn worker() -> serde_json::Value {

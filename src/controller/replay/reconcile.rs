@@ -297,13 +297,11 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     let mut to_create = None;
     if let (Some(Action::Start(record)), Ok(frozen)) = (&decision.action, &frozen) {
         let worker = ctx.base.worker_policy.default_account();
-        let job = job::build(replay, record, frozen, pacing, worker).ok_or_else(|| {
-            Error::MissingUid {
-                kind: "ReplayJob",
-                namespace: namespace.clone(),
-                name: name.clone(),
-            }
-        })?;
+        // The uid was checked above, and a template that does not decode is refused before
+        // any stage starts.
+        let job = job::build(replay, record, frozen, pacing, worker).ok_or(Error::Inconsistent(
+            "a stage to start whose Job cannot be built",
+        ))?;
         let verdict = timed(
             || format!("validating Job {namespace}/{}", record.job),
             job::dry_run(&jobs, &job),
