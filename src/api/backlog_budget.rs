@@ -5,8 +5,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::validation::{
-    duration_at_least, duration_at_least_literal, duration_at_most, duration_shorter,
-    non_negative_duration, not_blank, positive_duration,
+    duration_at_least, duration_at_least_literal, duration_at_most, duration_not_below,
+    duration_shorter, non_negative_duration, not_blank, positive_duration,
 };
 
 pub use crate::core::capacity_estimate::CapacitySource;
@@ -89,6 +89,7 @@ pub use crate::core::phase::BudgetPhase;
 #[x_kube(validation = Rule::new("!has(self.partitionCount) || self.minReplicas <= self.partitionCount").message("minReplicas must not exceed partitionCount: consumers beyond the partition count get no partition and idle; lower minReplicas").field_path(".minReplicas"))]
 #[x_kube(validation = duration_shorter(&["pollInterval"], &["completionDeadline"], true, "completionDeadline must be at least pollInterval: the operator looks once per pollInterval, so a shorter deadline passes between two looks; lengthen completionDeadline or shorten pollInterval", ".completionDeadline"))]
 #[x_kube(validation = duration_shorter(&["scaling", "rebalanceCost"], &["completionDeadline"], false, "scaling.rebalanceCost must be shorter than completionDeadline: every scale change stops consumption that long, so none could keep the deadline; measure the rebalance again or lengthen completionDeadline", ".scaling.rebalanceCost"))]
+#[x_kube(validation = duration_shorter(&["scaling", "scaleUpStabilization"], &["completionDeadline"], false, "scaling.scaleUpStabilization must be shorter than completionDeadline: a scale-up held that long comes after the deadline has passed; shorten it (0s, the default, acts at once)", ".scaling.scaleUpStabilization"))]
 #[x_kube(validation = Rule::new("has(self.capacity) && has(self.capacity.perReplicaRate) || has(self.metrics.completionRate)").message("capacity.perReplicaRate is unset, so it is measured from metrics.completionRate, which is unset too; set one of them"))]
 #[serde(rename_all = "camelCase")]
 pub struct BacklogBudgetSpec {
@@ -167,9 +168,11 @@ pub struct ScaleTargetRef {
     /// e.g. apps/v1
     #[serde(default = "default_target_api_version")]
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$')").message("scaleTargetRef.apiVersion must be group/version or a core version, such as apps/v1"))]
     pub api_version: String,
     /// e.g. Deployment, StatefulSet
     #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Z][A-Za-z0-9]*$')").message("scaleTargetRef.kind must be the workload's kind as its API names it, such as Deployment or StatefulSet"))]
     pub kind: String,
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("scaleTargetRef.name must be the workload's name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (no spaces)"))]
@@ -199,6 +202,7 @@ pub struct WorkloadInfo {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LocalRef {
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("the name must be an object's name in this namespace: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (no namespace/ prefix, no spaces)"))]
     pub name: String,
 }
 
@@ -208,6 +212,8 @@ pub struct PrometheusSource {
     /// Base URL, e.g. http://prometheus.monitoring:9090
     #[schemars(length(max = 2048))]
     #[x_kube(validation = Rule::new("self.matches('^https?://[^\\\\s]+$')").message("prometheus.address must be an http:// or https:// URL such as http://prometheus.monitoring:9090"))]
+    #[x_kube(validation = Rule::new("!self.matches('^https?://[^\\\\s]+$') || (isURL(self) && url(self).getHostname() != '')").message("prometheus.address must name a host, such as http://prometheus.monitoring:9090"))]
+    #[x_kube(validation = Rule::new("!self.contains('/api/v1')").message("prometheus.address is the server's base URL, such as http://prometheus.monitoring:9090 (or one with its path prefix): the operator adds /api/v1/query itself"))]
     pub address: String,
 }
 
@@ -243,6 +249,7 @@ pub struct MetricQueries {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("metrics.rateWindow"))]
+    #[x_kube(validation = duration_not_below("metrics.rateWindow", "1s", "Prometheus rates need at least two samples inside the window"))]
     pub rate_window: Option<String>,
     /// Retries per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -480,11 +487,13 @@ pub struct PausePolicy {
     #[serde(default = "default_for", rename = "for")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("pausePolicy.for"))]
+    #[x_kube(validation = duration_not_below("pausePolicy.for", "1s", "the ratio is read once per poll, so a shorter span decides on one reading"))]
     pub for_: String,
     /// How long a paused class stays paused before probing; default 5m.
     #[serde(default = "default_open_duration")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("pausePolicy.openDuration"))]
+    #[x_kube(validation = duration_not_below("pausePolicy.openDuration", "1s", "a pause shorter than a poll is never seen by the consumers"))]
     pub open_duration: String,
     /// Longest pause after repeated failed probes (the open duration doubles); default 1h.
     #[serde(default = "default_max_open_duration")]

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::not_blank;
+use super::validation::{VISIBLE_CHARACTER, not_blank};
 
 pub use crate::core::compensation_plan::SubActionState;
 pub use crate::core::phase::CompensationPhase;
@@ -65,6 +65,7 @@ pub struct CompensationSpec {
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("compensationId is immutable: a different compensation is a new Compensation"))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$') && !self.contains('//')").message("compensationId may hold letters, digits and . _ : / -, starts and ends with a letter or digit, and has no empty segment (//): its operation ids append /<index>-<name> to it"))]
+    #[x_kube(validation = Rule::new("!self.matches('(^|/)[.][.]?(/|$)')").message("compensationId must not hold a . or .. segment: its operation ids are read as paths downstream"))]
     pub compensation_id: String,
     /// The event whose effect this compensates.
     #[schemars(length(min = 1, max = 253))]
@@ -87,7 +88,7 @@ pub struct CompensationSpec {
     pub proposed_action: ProposedAction,
     /// Everything the action may touch, for the reviewer and the audit.
     #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 253)))]
-    #[x_kube(validation = Rule::new(r"self.all(r, r.matches('\\S'))").message("affectedResources entries must not be blank: each names a resource the action changes"))]
+    #[x_kube(validation = Rule::new(format!("self.all(r, r.matches('{VISIBLE_CHARACTER}'))")).message("affectedResources entries must not be blank: each names a resource the action changes"))]
     #[x_kube(validation = Rule::new("self.all(r, self.exists_one(t, t == r))").message("affectedResources must be distinct"))]
     pub affected_resources: Vec<String>,
     /// What a dry run showed (its output or a link to it).

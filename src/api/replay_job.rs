@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::{non_negative_duration, not_blank};
+use super::validation::{duration_at_most, non_negative_duration, not_blank};
 
 pub use crate::core::phase::ReplayPhase;
 
@@ -135,7 +135,15 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
         "x-kubernetes-preserve-unknown-fields": true,
         "required": ["name", "image"],
         "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 63},
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 63,
+                "x-kubernetes-validations": [{
+                    "rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+                    "message": "a container's name must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit"
+                }]
+            },
             "image": {"type": "string", "minLength": 1, "maxLength": 4096},
             "command": strings,
             "args": strings,
@@ -190,6 +198,10 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": true,
                 "required": ["containers"],
+                "x-kubernetes-validations": [{
+                    "rule": "!has(self.initContainers) || self.initContainers.all(i, !self.containers.exists(c, c.name == i.name))",
+                    "message": "template.spec.initContainers and containers need distinct names"
+                }],
                 "properties": {
                     "containers": {
                         "type": "array",
@@ -214,7 +226,7 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct QueueRef {
     #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = Rule::new(r"self.matches('^\\S+$')").message("queue must be a queue or topic name without whitespace, such as orders.quarantine: workers may trim it, and a name that differs from another only in spaces passes the source/destination check"))]
+    #[x_kube(validation = Rule::new(r"!self.matches('[\\s\\pZ\\pC]')").message("queue must be a queue or topic name without whitespace or invisible characters (a no-break or zero-width space), such as orders.quarantine: workers may trim it, and a name that differs from another only in spaces passes the source/destination check"))]
     pub queue: String,
 }
 
@@ -314,11 +326,13 @@ pub struct BatchSettings {
     pub canary: i32,
     /// Events per second the worker may replay.
     #[x_kube(validation = Rule::new("self > 0.0").message("batches.ratePerSecond must be greater than 0"))]
+    #[x_kube(validation = Rule::new("self <= 1000000.0").message("batches.ratePerSecond must be at most 1e6 events per second: a replay is paced, and a higher rate is no pace at all"))]
     pub rate_per_second: f64,
     /// Pause between batches (the worker waits this long after each batch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("batches.pauseBetween"))]
+    #[x_kube(validation = duration_at_most("batches.pauseBetween", "24h", "an approved replay that waits longer between batches has stalled, and its Jobs' deadlines count the pauses"))]
     pub pause_between: Option<String>,
     /// Retries per failed batch before the replay halts; default 0.
     #[serde(default)]

@@ -123,11 +123,16 @@ pub fn duration_shorter(
     .field_path(field_path.to_owned())
 }
 
+/// A character that shows: not whitespace, not a Unicode separator (a no-break or
+/// ideographic space), not a control or format character (a zero-width space). RE2's `\S`
+/// knows only ASCII whitespace.
+pub const VISIBLE_CHARACTER: &str = r"[^\\s\\pZ\\pC]";
+
 /// Rule for a text field that must hold more than whitespace: a blank reason, query or
 /// reference passes `minLength` and says nothing.
 pub fn not_blank(field: &str, what: &str) -> Rule {
     rule(
-        r"self.matches('\\S')".to_owned(),
+        format!("self.matches('{VISIBLE_CHARACTER}')"),
         format!("{field} must not be blank: {what}"),
     )
 }
