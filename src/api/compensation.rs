@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::{VISIBLE_CHARACTER, not_blank};
+use super::validation::{VISIBLE_CHARACTER, no_edge_space, not_blank};
 
 pub use crate::core::compensation_plan::SubActionState;
 pub use crate::core::phase::CompensationPhase;
@@ -70,10 +70,12 @@ pub struct CompensationSpec {
     /// The event whose effect this compensates.
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = not_blank("sourceEventId", "the id of the event being compensated"))]
+    #[x_kube(validation = no_edge_space("sourceEventId", "it is looked up exactly as the event store holds it"))]
     pub source_event_id: String,
     /// The business entity it acts on (an order, an account).
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = not_blank("businessKey", "the business object the compensation changes, such as an order id"))]
+    #[x_kube(validation = no_edge_space("businessKey", "it is looked up exactly as the business system holds it"))]
     pub business_key: String,
     pub reason_code: ReasonCode,
     /// The user asking; must be the user creating it.
@@ -88,7 +90,7 @@ pub struct CompensationSpec {
     pub proposed_action: ProposedAction,
     /// Everything the action may touch, for the reviewer and the audit.
     #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 253)))]
-    #[x_kube(validation = Rule::new(format!("self.all(r, r.matches('{VISIBLE_CHARACTER}'))")).message("affectedResources entries must not be blank: each names a resource the action changes"))]
+    #[x_kube(validation = Rule::new(format!("self.all(r, r.matches('^{VISIBLE_CHARACTER}(.*{VISIBLE_CHARACTER})?$'))")).message("affectedResources entries must not be blank or begin or end with a space: each names a resource the action changes, and entries that differ only in spaces would pass as distinct"))]
     #[x_kube(validation = Rule::new("self.all(r, self.exists_one(t, t == r))").message("affectedResources must be distinct"))]
     pub affected_resources: Vec<String>,
     /// What a dry run showed (its output or a link to it).
@@ -123,13 +125,16 @@ pub struct ExpectedState {
     /// Where the state is read (e.g. `orders/o-123`).
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = not_blank("expectedCurrentStateAndVersion.resource", "the resource the precondition reads"))]
+    #[x_kube(validation = no_edge_space("expectedCurrentStateAndVersion.resource", "the worker reads the resource by this name"))]
     pub resource: String,
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = not_blank("expectedCurrentStateAndVersion.state", "the worker compares the resource's state with it"))]
+    #[x_kube(validation = no_edge_space("expectedCurrentStateAndVersion.state", "the worker compares the resource's state with it exactly"))]
     pub state: String,
     /// The version (revision, sequence number, ETag) the state must still have.
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = not_blank("expectedCurrentStateAndVersion.version", "the worker compares the resource's version with it"))]
+    #[x_kube(validation = no_edge_space("expectedCurrentStateAndVersion.version", "the worker compares the resource's version with it exactly"))]
     pub version: String,
 }
 

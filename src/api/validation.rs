@@ -128,6 +128,16 @@ pub fn duration_shorter(
 /// knows only ASCII whitespace.
 pub const VISIBLE_CHARACTER: &str = r"[^\\s\\pZ\\pC]";
 
+/// Rule for a value compared or looked up exactly (an id, a key, a version): it must not
+/// begin or end with whitespace or an invisible character, which a reader trims or cannot see
+/// and a comparison does not ignore.
+pub fn no_edge_space(field: &str, why: &str) -> Rule {
+    rule(
+        format!("self.matches('^{VISIBLE_CHARACTER}(.*{VISIBLE_CHARACTER})?$')"),
+        format!("{field} must not begin or end with a space or an invisible character: {why}"),
+    )
+}
+
 /// Rule for a text field that must hold more than whitespace: a blank reason, query or
 /// reference passes `minLength` and says nothing.
 pub fn not_blank(field: &str, what: &str) -> Rule {
