@@ -531,10 +531,16 @@ pub struct CheckOutcome {
 
 /// Reads a check's query result: exactly one finite sample is an answer (non-zero holds);
 /// anything else is not yet an answer — an empty result is missing data, never a pass.
-pub fn check_result(observation: &Observation) -> CheckResult {
+pub fn check_result(query: &str, observation: &Observation) -> CheckResult {
     match observation {
         Observation::Failed(reason) => CheckResult::Unknown(format!("the query failed: {reason}")),
         Observation::Samples(samples) => match samples.as_slice() {
+            [] if compares_without_bool(query) => CheckResult::Unknown(
+                "the query returned no sample (missing data is not a pass); a comparison \
+                 without bool, such as == 0, returns nothing when it is false and so can \
+                 never fail or pass: write it with bool (== bool 0)"
+                    .to_owned(),
+            ),
             [] => CheckResult::Unknown(
                 "the query returned no sample (missing data is not a pass)".to_owned(),
             ),
@@ -549,6 +555,44 @@ pub fn check_result(observation: &Observation) -> CheckResult {
             )),
         },
     }
+}
+
+/// Whether `query` compares (`==`, `!=`, `>`, `<`, `>=`, `<=`) without the `bool` modifier:
+/// such a comparison filters its left side, so the check gets no sample whenever it is false.
+/// Label matchers and quoted strings are skipped; a hint, not a parser.
+pub fn compares_without_bool(query: &str) -> bool {
+    let mut outside = String::with_capacity(query.len());
+    let (mut braces, mut quote) = (0_u32, None);
+    for c in query.chars() {
+        match (quote, c) {
+            (Some(open), c) if c == open => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'' | '`') => quote = Some(c),
+            (None, '{') => braces += 1,
+            (None, '}') => braces = braces.saturating_sub(1),
+            (None, c) if braces == 0 => outside.push(c),
+            (None, _) => {}
+        }
+    }
+    let bytes = outside.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let two = bytes.get(i..i + 2);
+        let width = match (bytes[i], two) {
+            (_, Some(b"==" | b"!=" | b">=" | b"<=")) => 2,
+            (b'>' | b'<', _) => 1,
+            _ => 0,
+        };
+        if width > 0 {
+            if !outside[i + width..].trim_start().starts_with("bool") {
+                return true;
+            }
+            i += width;
+        } else {
+            i += 1;
+        }
+    }
+    false
 }
 
 /// Another replay of the same source queue, as far as the queue is concerned.

@@ -546,6 +546,7 @@ async fn verify(ctx: &ReplayContext, replay: &ReplayJob) -> Vec<CheckOutcome> {
         async move {
             let result = match address {
                 Some(address) => check_result(
+                    &check.query,
                     &ctx.base
                         .queries
                         .query(&address, &check.query, QUERY_MAX_AGE)

@@ -258,12 +258,13 @@ fn index_lists_are_counted() {
 
 #[test]
 fn check_results_need_exactly_one_sample() {
+    let query = "sum(errors_total) == bool 0";
     assert_eq!(
-        check_result(&Observation::Samples(vec![1.0])),
+        check_result(query, &Observation::Samples(vec![1.0])),
         CheckResult::Holds(1.0)
     );
     assert_eq!(
-        check_result(&Observation::Samples(vec![0.0])),
+        check_result(query, &Observation::Samples(vec![0.0])),
         CheckResult::Fails(0.0)
     );
     for unknown in [
@@ -272,7 +273,46 @@ fn check_results_need_exactly_one_sample() {
         Observation::Samples(vec![f64::NAN]),
         Observation::Failed("down".into()),
     ] {
-        assert!(matches!(check_result(&unknown), CheckResult::Unknown(_)));
+        assert!(matches!(
+            check_result(query, &unknown),
+            CheckResult::Unknown(_)
+        ));
+    }
+}
+
+#[test]
+fn an_empty_result_of_a_comparison_without_bool_says_to_add_it() {
+    let empty = Observation::Samples(vec![]);
+    let CheckResult::Unknown(why) = check_result("sum(errors_total) == 0", &empty) else {
+        panic!("an empty result is no answer");
+    };
+    assert!(why.contains("== bool 0"), "{why}");
+    let CheckResult::Unknown(why) = check_result("sum(errors_total) == bool 0", &empty) else {
+        panic!("an empty result is no answer");
+    };
+    assert!(!why.contains("bool"), "{why}");
+}
+
+#[test]
+fn comparisons_without_bool_are_told_from_label_matchers_and_strings() {
+    for query in [
+        "sum(x) == 0",
+        "sum(x)==0",
+        "sum(rate(x[5m])) > 0.5",
+        "max(up{job=\"a\"}) < 1",
+        "sum(x) >= bool 1 and sum(y) != 0",
+    ] {
+        assert!(compares_without_bool(query), "{query}");
+    }
+    for query in [
+        "sum(x) == bool 0",
+        "sum(x)==bool 0",
+        "sum(up{job!=\"a\", env=~\"p.*\"}) > bool 0",
+        "sum(x{msg=\"a > b\"})",
+        "sum(rate(x[5m]))",
+        "label_replace(x, \"a\", \"<\", \"b\", \"c\")",
+    ] {
+        assert!(!compares_without_bool(query), "{query}");
     }
 }
 
