@@ -38,6 +38,7 @@ fn main() -> ExitCode {
             an_autoscaler_created_while_the_operator_is_down_is_respected_after_restart,
             a_second_writer_of_replicas_is_overridden_once_with_an_event,
             an_api_server_restart_is_survived_without_invalid_flaps,
+            a_termination_during_an_api_server_outage_ends_within_the_grace_period,
             a_lasting_failure_to_scale_is_reported_once_and_cleared,
             a_steady_budget_neither_writes_nor_reads_its_status,
             a_hundred_steady_budgets_send_nothing_but_watches,
@@ -755,6 +756,36 @@ fn a_second_writer_of_replicas_is_overridden_once_with_an_event(env: &TestEnv) {
         );
         load.stop(env);
     });
+}
+
+/// Kubernetes stops a pod with SIGTERM and kills it after its grace period (30 s unless the
+/// pod says otherwise). During an API server outage the watches are retrying and the leader
+/// cannot give its Lease back: the operator must still end by itself, with time to spare.
+fn a_termination_during_an_api_server_outage_ends_within_the_grace_period(env: &TestEnv) {
+    const GRACE: Duration = Duration::from_secs(30);
+    let _alone = SHARED_PROCESSES.write();
+    let namespace = env.fresh_namespace("terminate-outage");
+    let identity = format!("{namespace}-op");
+    let mut operator = OperatorProcess::start(env, launch(env, &namespace, &identity, true));
+    env.block_on(wait_holder(env, &namespace, &identity, STEP));
+    env.cluster()
+        .kill(Restartable::ApiServer)
+        .expect("kill the API server");
+    let asked = Instant::now();
+    let ended = operator.terminate(GRACE);
+    let took = asked.elapsed();
+    env.cluster()
+        .start_again(Restartable::ApiServer)
+        .expect("start the API server again");
+    println!(
+        "fault-report: SIGTERM during an API server outage: ended by itself {ended}, after {took:?}"
+    );
+    assert!(
+        ended && took < GRACE / 3,
+        "SIGTERM during an API server outage: ended by itself {ended} after {took:?} (a third of the grace period is {:?}):\n{}",
+        GRACE / 3,
+        operator.log_tail(30)
+    );
 }
 
 fn an_api_server_restart_is_survived_without_invalid_flaps(env: &TestEnv) {
