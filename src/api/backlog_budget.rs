@@ -5,8 +5,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::validation::{
-    duration_at_least, duration_at_least_literal, duration_at_most, duration_not_below,
-    duration_shorter, non_negative_duration, not_blank, positive_duration,
+    DNS_SUBDOMAIN, duration_at_least, duration_at_least_literal, duration_at_most,
+    duration_not_below, duration_shorter, non_negative_duration, not_blank, positive_duration,
 };
 
 pub use crate::core::capacity_estimate::CapacitySource;
@@ -168,14 +168,14 @@ pub struct ScaleTargetRef {
     /// e.g. apps/v1
     #[serde(default = "default_target_api_version")]
     #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$')").message("scaleTargetRef.apiVersion must be group/version or a core version, such as apps/v1"))]
+    #[x_kube(validation = Rule::new(format!("self.matches('^({DNS_SUBDOMAIN}/)?v[0-9]+((alpha|beta)[0-9]+)?$')")).message("scaleTargetRef.apiVersion must be group/version or a core version, such as apps/v1"))]
     pub api_version: String,
     /// e.g. Deployment, StatefulSet
     #[schemars(length(min = 1, max = 63))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Z][A-Za-z0-9]*$')").message("scaleTargetRef.kind must be the workload's kind as its API names it, such as Deployment or StatefulSet"))]
     pub kind: String,
     #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("scaleTargetRef.name must be the workload's name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (no spaces)"))]
+    #[x_kube(validation = Rule::new(format!("self.matches('^{DNS_SUBDOMAIN}$')")).message("scaleTargetRef.name must be the workload's name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (no spaces)"))]
     pub name: String,
 }
 
@@ -202,7 +202,7 @@ pub struct WorkloadInfo {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LocalRef {
     #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("the name must be an object's name in this namespace: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (no namespace/ prefix, no spaces)"))]
+    #[x_kube(validation = Rule::new(format!("self.matches('^{DNS_SUBDOMAIN}$')")).message("the name must be an object's name in this namespace: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (no namespace/ prefix, no spaces)"))]
     pub name: String,
 }
 

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::{VISIBLE_CHARACTER, no_edge_space, not_blank};
+use super::validation::{is_trimmed, no_edge_space, not_blank};
 
 pub use crate::core::compensation_plan::SubActionState;
 pub use crate::core::phase::CompensationPhase;
@@ -90,7 +90,7 @@ pub struct CompensationSpec {
     pub proposed_action: ProposedAction,
     /// Everything the action may touch, for the reviewer and the audit.
     #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 253)))]
-    #[x_kube(validation = Rule::new(format!("self.all(r, r.matches('^{VISIBLE_CHARACTER}(.*{VISIBLE_CHARACTER})?$'))")).message("affectedResources entries must not be blank or begin or end with a space: each names a resource the action changes, and entries that differ only in spaces would pass as distinct"))]
+    #[x_kube(validation = Rule::new(format!("self.all(r, {})", is_trimmed("r"))).message("affectedResources entries must not be blank or begin or end with a space: each names a resource the action changes, and entries that differ only in spaces would pass as distinct"))]
     #[x_kube(validation = Rule::new("self.all(r, self.exists_one(t, t == r))").message("affectedResources must be distinct"))]
     pub affected_resources: Vec<String>,
     /// What a dry run showed (its output or a link to it).

@@ -4,7 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::{duration_at_most, non_negative_duration, not_blank};
+use super::validation::{
+    DNS_SUBDOMAIN, INVISIBLE_CHARACTER, duration_at_most, non_negative_duration, not_blank,
+};
 
 pub use crate::core::phase::ReplayPhase;
 
@@ -226,7 +228,7 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct QueueRef {
     #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = Rule::new(r"!self.matches('[\\s\\pZ\\pC]')").message("queue must be a queue or topic name without whitespace or invisible characters (a no-break or zero-width space), such as orders.quarantine: workers may trim it, and a name that differs from another only in spaces passes the source/destination check"))]
+    #[x_kube(validation = Rule::new(format!("!self.matches('{INVISIBLE_CHARACTER}')")).message("queue must be a queue or topic name without whitespace or invisible characters (a no-break or zero-width space), such as orders.quarantine: workers may trim it, and a name that differs from another only in spaces passes the source/destination check"))]
     pub queue: String,
 }
 
@@ -246,7 +248,7 @@ pub struct ReplayScope {
     // The same ids read from a ConfigMap are refused with whitespace or control characters:
     // an id that differs from a stored one only in those matches nothing, or the wrong event
     // once a worker trims it.
-    #[x_kube(validation = Rule::new(r"self.all(id, !id.matches('[\\s\\pZ\\pC]'))").message("scope.eventIds: every id must be one token without whitespace or control characters, exactly as the dead-letter store holds it"))]
+    #[x_kube(validation = Rule::new(format!("self.all(id, !id.matches('{INVISIBLE_CHARACTER}'))")).message("scope.eventIds: every id must be one token without whitespace or control characters, exactly as the dead-letter store holds it"))]
     pub event_ids: Vec<String>,
     /// A ConfigMap key holding the ids, one per line; copied at admission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,7 +266,7 @@ pub struct ReplayScope {
 pub struct ConfigMapKeyRef {
     // A name no ConfigMap can have would leave the replay waiting for one forever.
     #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("scope.eventIdsFrom.name must be a ConfigMap's name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"))]
+    #[x_kube(validation = Rule::new(format!("self.matches('^{DNS_SUBDOMAIN}$')")).message("scope.eventIdsFrom.name must be a ConfigMap's name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"))]
     pub name: String,
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$')").message("scope.eventIdsFrom.key must be a ConfigMap data key: letters, digits, '-', '_' and '.'"))]

@@ -5,7 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::validation::{
-    VISIBLE_CHARACTER, duration_at_least, duration_at_most, duration_not_below, positive_duration,
+    duration_at_least, duration_at_most, duration_not_below, is_trimmed, positive_duration,
 };
 
 pub use crate::core::retry_policy::{FailureClass, Jitter, MAX_ATTEMPTS_LIMIT};
@@ -107,7 +107,7 @@ pub struct ClassificationRule {
     /// Error codes this rule matches, exactly as the consumer reports them (e.g. "HTTP_503").
     #[schemars(length(min = 1, max = 256), inner(length(min = 1, max = 128)))]
     #[x_kube(merge_strategy = kube::core::ListMerge::Set)]
-    #[x_kube(validation = Rule::new(format!("self.all(c, c.matches('^{VISIBLE_CHARACTER}(.*{VISIBLE_CHARACTER})?$'))")).message("classification[].errorCodes must not be blank or begin or end with a space: a code matches exactly as the consumer reports it, such as HTTP_503"))]
+    #[x_kube(validation = Rule::new(format!("self.all(c, {})", is_trimmed("c"))).message("classification[].errorCodes must not be blank or begin or end with a space: a code matches exactly as the consumer reports it, such as HTTP_503"))]
     pub error_codes: Vec<String>,
     /// Class assigned to those codes.
     pub class: FailureClass,

@@ -123,17 +123,29 @@ pub fn duration_shorter(
     .field_path(field_path.to_owned())
 }
 
-/// A character that shows: not whitespace, not a Unicode separator (a no-break or
-/// ideographic space), not a control or format character (a zero-width space). RE2's `\S`
-/// knows only ASCII whitespace.
+/// A character that does not show: whitespace, a Unicode separator (a no-break or ideographic
+/// space), a control or format character (a zero-width space). RE2's `\s` and `\S` know only
+/// ASCII whitespace.
+pub const INVISIBLE_CHARACTER: &str = r"[\\s\\pZ\\pC]";
+
+/// A character that shows: the complement of [`INVISIBLE_CHARACTER`].
 pub const VISIBLE_CHARACTER: &str = r"[^\\s\\pZ\\pC]";
+
+/// A DNS subdomain (RFC 1123), the form of most object names; unanchored.
+pub const DNS_SUBDOMAIN: &str = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+
+/// The CEL expression "`expr` neither begins nor ends with an invisible character" (and is
+/// not blank).
+pub fn is_trimmed(expr: &str) -> String {
+    format!("{expr}.matches('^{VISIBLE_CHARACTER}(.*{VISIBLE_CHARACTER})?$')")
+}
 
 /// Rule for a value compared or looked up exactly (an id, a key, a version): it must not
 /// begin or end with whitespace or an invisible character, which a reader trims or cannot see
 /// and a comparison does not ignore.
 pub fn no_edge_space(field: &str, why: &str) -> Rule {
     rule(
-        format!("self.matches('^{VISIBLE_CHARACTER}(.*{VISIBLE_CHARACTER})?$')"),
+        is_trimmed("self"),
         format!("{field} must not begin or end with a space or an invisible character: {why}"),
     )
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::{Deserialize, Serialize};
 
 /// A `PodTemplateSpec` as stored, decoded on use.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct WorkerTemplate(serde_json::Value);
 
