@@ -1,9 +1,10 @@
 //! A worker's pod template, kept as the user wrote it.
 //!
-//! The CRDs check only the template's outline (containers with names and images); the rest
-//! is stored unchecked, since embedding the whole PodSpec schema would make each CRD half a
-//! megabyte, past what client-side `kubectl apply` can annotate. So a template may hold a
-//! value of the wrong type (`value: 5` for an env var). Decoded with the object, such a
+//! The CRDs check the template's outline and the fields most often written (see
+//! `pod_template_schema`); the rest is stored unchecked, since embedding the whole PodSpec
+//! schema would make each CRD half a megabyte, past what client-side `kubectl apply` can
+//! annotate. So a template may hold a value of the wrong type elsewhere
+//! (`terminationGracePeriodSeconds: "30"`). Decoded with the object, such a
 //! template failed the operator's typed list of the whole kind, and with it every other
 //! ReplayJob or Compensation in scope. Kept undecoded, it fails only where it is used: that
 //! one object is refused with the field to fix.
