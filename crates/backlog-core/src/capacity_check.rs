@@ -3,6 +3,7 @@
 //! alone can exceed. The result is the `CapacityPlan` condition and the headroom at the peak.
 
 use crate::condition::{ConditionSpec, Truth};
+use crate::drain::{group_capacity, uneven_busiest_share};
 use crate::format::{seconds, si};
 
 pub const CAPACITY_PLAN: &str = "CapacityPlan";
@@ -64,25 +65,27 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
     let mut unknown = Vec::new();
     match (cap, usable_rate, peak) {
         (Some(cap), Some(rate), Some(peak)) => {
-            let capacity = f64::from(cap) * rate;
+            let partitions = facts.partitions.unwrap_or(cap);
+            let capacity = group_capacity(cap, partitions, rate);
             headroom = (peak > 0.0).then(|| capacity / peak);
             if capacity < peak {
-                let replicas_needed = (peak / rate).ceil();
-                let partitions = facts.partitions.unwrap_or(cap);
-                let fix = if replicas_needed <= f64::from(partitions) {
-                    format!("raise spec.maxReplicas to {replicas_needed}")
-                } else {
-                    format!(
-                        "{replicas_needed} partitions (and spec.maxReplicas {replicas_needed}) are needed, or a faster consumer"
-                    )
+                let fix = match fewest_replicas_completing(peak, partitions, rate) {
+                    Some(replicas) => format!("raise spec.maxReplicas to {replicas}"),
+                    None => {
+                        let needed = (peak / rate).ceil();
+                        format!(
+                            "{needed} partitions (and spec.maxReplicas {needed}) are needed, or a faster consumer"
+                        )
+                    }
                 };
                 problems.push((
                     "UndrainableAtPeak",
                     format!(
-                        "the peak produce rate of the last 24h, {}/s, is above what {cap} replicas complete ({cap} × {}/s after the retry reserve = {}/s): at that peak the backlog cannot drain; {fix}",
+                        "the peak produce rate of the last 24h, {}/s, is above what {cap} replicas complete: {}/s at {}/s each after the retry reserve{}: at that peak the backlog cannot drain; {fix}",
                         si(peak),
+                        si(capacity),
                         si(rate),
-                        si(capacity)
+                        busiest_note(cap, partitions)
                     ),
                 ));
             }
@@ -131,7 +134,7 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
         let message = match (cap, usable_rate, peak, headroom) {
             (Some(cap), Some(rate), Some(peak), Some(headroom)) => format!(
                 "{cap} replicas complete {}/s, {headroom:.1}× the peak produce rate of the last 24h ({}/s)",
-                si(f64::from(cap) * rate),
+                si(group_capacity(cap, facts.partitions.unwrap_or(cap), rate)),
                 si(peak)
             ),
             _ => "no produce rate in the last 24h; the partitions and replicas fit".to_owned(),
@@ -142,6 +145,25 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
         condition,
         headroom: headroom.map(|h| (h * 100.0).round() / 100.0),
     }
+}
+
+/// The fewest replicas, at most one per partition, that complete `rate_needed`: a count that
+/// leaves one consumer more partitions than another completes no more than the next lower
+/// count that divides them evenly.
+fn fewest_replicas_completing(
+    rate_needed: f64,
+    partitions: u32,
+    per_replica_rate: f64,
+) -> Option<u32> {
+    (1..=partitions)
+        .find(|&replicas| group_capacity(replicas, partitions, per_replica_rate) >= rate_needed)
+}
+
+/// Where the replicas do not divide the partitions, which consumer limits the group.
+fn busiest_note(replicas: u32, partitions: u32) -> String {
+    uneven_busiest_share(replicas, partitions).map_or_else(String::new, |busiest| {
+        format!(", the busiest owning {busiest} of the {partitions} partitions")
+    })
 }
 
 #[cfg(test)]

@@ -33,6 +33,14 @@ pub fn group_capacity(replicas: u32, partitions: u32, per_replica_rate: f64) -> 
     per_replica_rate * f64::from(partitions) / f64::from(busiest)
 }
 
+/// How many partitions the busiest of `replicas` consumers owns, where the replicas do not
+/// divide the partitions evenly (then the group completes only what fewer replicas would);
+/// `None` where they do, or where every consumer owns at most one.
+pub fn uneven_busiest_share(replicas: u32, partitions: u32) -> Option<u32> {
+    (replicas > 0 && replicas < partitions && !partitions.is_multiple_of(replicas))
+        .then(|| partitions.div_ceil(replicas))
+}
+
 /// [`group_capacity`] when one partition receives `hot_share` of all arrivals and the others
 /// share the rest evenly: the λ at which the busiest consumer (the hot partition's owner, or
 /// one owning the most other partitions) saturates. Its owner owns ⌈P/n⌉ partitions.

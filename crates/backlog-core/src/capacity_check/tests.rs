@@ -67,16 +67,43 @@ fn a_peak_above_the_partitions_names_the_partitions_needed() {
 fn a_peak_above_a_low_max_replicas_asks_for_more_replicas_not_partitions() {
     let result = check(&CapacityFacts {
         max_replicas: 4,
-        peak_produce_rate: Some(2000.0),
+        peak_produce_rate: Some(1400.0),
         ..fitting()
     });
     assert_eq!(result.condition.reason, "UndrainableAtPeak");
+    // 1400/s is 5.6 replicas' worth, and 6 replicas own two of the 12 partitions each.
     assert!(
         result
             .condition
             .message
-            .contains("raise spec.maxReplicas to 8")
+            .contains("raise spec.maxReplicas to 6"),
+        "{}",
+        result.condition.message
     );
+}
+
+#[test]
+fn replicas_that_leave_a_consumer_more_partitions_complete_what_fewer_do() {
+    // 8 replicas over 12 partitions: four own two, so the group completes what 6 do
+    // (1500/s), not 8 × 250/s.
+    let result = check(&CapacityFacts {
+        max_replicas: 8,
+        peak_produce_rate: Some(1800.0),
+        ..fitting()
+    });
+    assert_eq!(result.condition.reason, "UndrainableAtPeak");
+    let message = &result.condition.message;
+    assert!(message.contains("1.5k/s"), "{message}");
+    assert!(
+        message.contains("the busiest owning 2 of the 12 partitions"),
+        "{message}"
+    );
+    // 1800/s needs a consumer per partition.
+    assert!(
+        message.contains("raise spec.maxReplicas to 12"),
+        "{message}"
+    );
+    assert_eq!(result.headroom, Some(0.83));
 }
 
 #[test]
@@ -162,11 +189,22 @@ proptest! {
             retry_worst_case: None,
         };
         let result = check(&facts);
-        let carries = f64::from(max.min(partitions)) * rate * (1.0 - reserve) >= peak;
+        let usable = rate * (1.0 - reserve);
+        let carries = group_capacity(max.min(partitions), partitions, usable) >= peak;
         let fits = result.condition.status == Truth::True;
         prop_assert_eq!(fits, carries && max <= partitions);
         if result.condition.reason == "UndrainableAtPeak" {
             prop_assert!(!carries);
+            // The replicas it asks for are the fewest that carry the peak.
+            if let Some(asked) = result.condition.message
+                .split("raise spec.maxReplicas to ")
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|digits| digits.parse::<u32>().ok())
+            {
+                prop_assert!(group_capacity(asked, partitions, usable) >= peak);
+                prop_assert!(group_capacity(asked - 1, partitions, usable) < peak);
+            }
         }
     }
 }

@@ -149,6 +149,29 @@ fn undrainable_when_the_cap_cannot_outpace_arrivals() {
 }
 
 #[test]
+fn undrainable_counts_what_replicas_complete_over_partitions_they_do_not_divide() {
+    // 8 replicas over 12 partitions: four own two each, so the group completes what 6 do,
+    // 1500/s, below the 1600/s arriving although 8 × 250/s is 2000/s.
+    let mut c = config();
+    c.partitions = PartitionSource::Fixed(12);
+    c.max_replicas = 8;
+    let d = decide(
+        &c,
+        &inputs(0.0, 1600.0, 1.0, 8),
+        &ScalingMemory::default(),
+        at(0),
+    );
+    assert_eq!(d.phase, BudgetPhase::Undrainable);
+    assert!(
+        d.explanation.contains(
+            "the most 8 replicas can complete (250/s each, the busiest owning 2 of the 12 partitions: 1.5k/s)"
+        ),
+        "{}",
+        d.explanation
+    );
+}
+
+#[test]
 fn empty_backlog_query_holds_and_names_the_query() {
     let mut i = inputs(0.0, 100.0, 1.0, 7);
     i.backlog = Observation::Samples(vec![]);

@@ -8,6 +8,7 @@ use crate::budget_config::BudgetConfig;
 use crate::capacity_estimate::CapacitySource;
 use crate::condition::{ConditionSpec, Truth};
 use crate::deadline_plan::{Plan, PlanReason, PlanSettings};
+use crate::drain::{group_capacity, uneven_busiest_share};
 use crate::format::{seconds, si};
 use crate::phase::BudgetPhase;
 
@@ -57,11 +58,18 @@ pub(super) fn explain(
     // The claim comes first; what the plan does meanwhile follows, since it may rightly hold
     // fewer than the cap through a peak it expects to pass.
     let undrainable = undrainable.then(|| {
+        let partitions = values.partitions;
+        let most = si(group_capacity(cap, partitions, rate));
+        let sum = match uneven_busiest_share(cap, partitions) {
+            Some(busiest) => format!(
+                "{}/s each, the busiest owning {busiest} of the {partitions} partitions: {most}/s",
+                si(rate)
+            ),
+            None => format!("{cap} × {}/s = {most}/s", si(rate)),
+        };
         format!(
-            "λ {}/s is at or above the most {cap} replicas can complete ({cap} × {}/s = {}/s): the backlog can never catch up at this rate; add partitions or speed up the consumer. ",
+            "λ {}/s is at or above the most {cap} replicas can complete ({sum}): the backlog can never catch up at this rate; add partitions or speed up the consumer. ",
             si(lambda),
-            si(rate),
-            si(f64::from(cap) * rate)
         )
     });
     let source = match values.used.capacity_source {
