@@ -5,6 +5,7 @@
 use crate::condition::{ConditionSpec, Truth};
 use crate::drain::{group_capacity, uneven_busiest_share};
 use crate::format::{seconds, si};
+use crate::scaling::Reaction;
 
 pub const CAPACITY_PLAN: &str = "CapacityPlan";
 
@@ -23,6 +24,12 @@ pub struct CapacityFacts {
     /// The highest produce rate of the last 24 hours.
     pub peak_produce_rate: Option<f64>,
     pub deadline_seconds: f64,
+    /// alerts.warningAt × the deadline: the oldest age the budget plans to stay under.
+    pub age_limit_seconds: f64,
+    /// spec.minReplicas: the replicas always running.
+    pub min_replicas: u32,
+    /// How long a scale-up takes to work after a rise is seen.
+    pub reaction: Reaction,
     /// The RetryPolicy the budget names and its worst-case retry delay in seconds.
     pub retry_worst_case: Option<(String, f64)>,
 }
@@ -103,6 +110,12 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
         }
     }
 
+    if let (Some(cap), Some(rate), Some(peak)) = (cap, usable_rate, peak)
+        && let Some(problem) = slower_than_a_rise(facts, cap, rate, peak)
+    {
+        problems.push(("ReactionSlowerThanAgeLimit", problem));
+    }
+
     if let Some((policy, worst)) = &facts.retry_worst_case
         && *worst > facts.deadline_seconds
     {
@@ -145,6 +158,56 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
         condition,
         headroom: headroom.map(|h| (h * 100.0).round() / 100.0),
     }
+}
+
+/// Where a scale-up takes longer than the age limit: the replicas that must already run for a
+/// rise to the peak, arriving at once, to stay under the limit until new pods work, when
+/// `spec.minReplicas` holds fewer.
+///
+/// From an empty queue, λ jumping to the peak, and `μ` completed until the rebalance of the
+/// new pods stops every consumer: at the reaction's end `R` the oldest waiting event arrived
+/// when `μ (R - rebalance)` events had, so its age is `R - μ (R - rebalance) / peak`. That
+/// stays under the limit `L` where `μ ≥ peak (R - L) / (R - rebalance)`. A count that
+/// completes the peak asks for no new pods and needs no reaction at all.
+fn slower_than_a_rise(facts: &CapacityFacts, cap: u32, rate: f64, peak: f64) -> Option<String> {
+    let reaction = facts.reaction;
+    let total = reaction.seconds();
+    let limit = facts.age_limit_seconds;
+    let working = total - reaction.rebalance_seconds;
+    if total <= limit || working <= 0.0 || peak <= 0.0 {
+        return None;
+    }
+    let partitions = facts.partitions.unwrap_or(cap);
+    let needed = peak * ((total - limit) / working).min(1.0);
+    let held = fewest_replicas_completing(needed, partitions, rate);
+    if held.is_some_and(|replicas| facts.min_replicas >= replicas) {
+        return None;
+    }
+    let started = if reaction.pod_start_seen {
+        "the last seen"
+    } else {
+        "scaling.podStartTime, no start seen yet"
+    };
+    let why = format!(
+        "a scale-up works {} after a rise is seen (two {} polls, a {} pod start ({started}), a {} rebalance), longer than the {} the oldest event may reach (alerts.warningAt × spec.completionDeadline): should the 24h peak of {}/s arrive at once, only the replicas already running hold the age until then, and they must complete {}/s",
+        seconds(total),
+        seconds(reaction.poll_seconds),
+        seconds(reaction.pod_start_seconds),
+        seconds(reaction.rebalance_seconds),
+        seconds(limit),
+        si(peak),
+        si(needed),
+    );
+    let fix = match held {
+        Some(replicas) if replicas <= cap => format!(
+            "{replicas} replicas do, spec.minReplicas holds {}: raise spec.minReplicas to {replicas}, or make pods start faster",
+            facts.min_replicas
+        ),
+        _ => format!(
+            "not even the {cap} replicas of the cap do: make pods start faster, or give the budget a longer deadline"
+        ),
+    };
+    Some(format!("{why}; {fix}"))
 }
 
 /// The fewest replicas, at most one per partition, that complete `rate_needed`: a count that

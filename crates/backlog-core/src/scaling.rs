@@ -730,5 +730,7 @@ mod gather;
 mod timing;
 mod wording;
 
+pub use timing::{Reaction, reaction};
+
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,5 @@
-//! The facts of the `CapacityPlan` check, taken from one poll's decision, its queries and the
-//! RetryPolicy (pure); the check itself is [`crate::core::capacity_check`].
+//! The facts of the `CapacityPlan` check, taken from one poll's decision (what it used and the
+//! pod starts it remembers), its queries and the RetryPolicy (pure); the check itself is [`crate::core::capacity_check`].
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -9,7 +9,7 @@ use crate::consumer::EffectivePolicy;
 use crate::core::budget_config::BudgetConfig;
 use crate::core::capacity_check::{CapacityCheck, CapacityFacts, check};
 use crate::core::metric_input::{MetricProblem, Observation, single_value};
-use crate::core::scaling::UsedValues;
+use crate::core::scaling::{ScalingMemory, UsedValues, reaction};
 
 use super::control_document::{PolicyFact, PolicySource};
 use super::inputs::MetricObservations;
@@ -18,6 +18,7 @@ use super::inputs::MetricObservations;
 pub fn capacity_of(
     config: &BudgetConfig,
     used: &UsedValues,
+    memory: &ScalingMemory,
     metrics: &MetricObservations,
     policy: &PolicyFact,
 ) -> CapacityCheck {
@@ -45,6 +46,9 @@ pub fn capacity_of(
             metrics.produce_rate.as_ref(),
         ),
         deadline_seconds: config.deadline_seconds,
+        age_limit_seconds: config.warning_at * config.deadline_seconds,
+        min_replicas: config.min_replicas,
+        reaction: reaction(config, memory),
         retry_worst_case,
     })
 }

@@ -169,7 +169,13 @@ pub fn decide(
     let next = status::after_decision(previous, &decision, generation, now);
     let next = match &observed.scaling {
         ScalingFacts::Observed(metrics) => {
-            let check = capacity::capacity_of(config, &decision.used, metrics, &observed.policy);
+            let check = capacity::capacity_of(
+                config,
+                &decision.used,
+                &decision.memory,
+                metrics,
+                &observed.policy,
+            );
             capacity::record(next, &check, generation, now)
         }
         // Nothing was asked while another autoscaler owns the target.

@@ -34,12 +34,37 @@ pub(super) fn prior_test_seconds(config: &BudgetConfig, memory: &ScalingMemory) 
         + reaction_seconds(config, memory)
 }
 
+/// From a rise to new pods working, as the decision plans it: two polls (one to see it, one
+/// to act), a pod start, then a rebalance during which no consumer completes anything.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reaction {
+    pub poll_seconds: f64,
+    /// The last pod start seen, else `scaling.podStartTime`.
+    pub pod_start_seconds: f64,
+    pub pod_start_seen: bool,
+    pub rebalance_seconds: f64,
+}
+
+impl Reaction {
+    pub fn seconds(&self) -> f64 {
+        2.0 * self.poll_seconds + self.pod_start_seconds + self.rebalance_seconds
+    }
+}
+
+/// The reaction a budget plans with, from its settings and the pod starts it has seen.
+pub fn reaction(config: &BudgetConfig, memory: &ScalingMemory) -> Reaction {
+    Reaction {
+        poll_seconds: config.poll_interval_seconds,
+        pod_start_seconds: assumed_pod_start_seconds(config, memory),
+        pod_start_seen: memory.pod_start_seconds.is_some(),
+        rebalance_seconds: config.rebalance_cost_seconds,
+    }
+}
+
 /// From a decision to new pods working: two polls, a pod start (the last seen, else
 /// `scaling.podStartTime`), a rebalance.
 pub(super) fn reaction_seconds(config: &BudgetConfig, memory: &ScalingMemory) -> f64 {
-    2.0 * config.poll_interval_seconds
-        + assumed_pod_start_seconds(config, memory)
-        + config.rebalance_cost_seconds
+    reaction(config, memory).seconds()
 }
 
 /// How long a pod takes to start: the last start seen, else `scaling.podStartTime`.

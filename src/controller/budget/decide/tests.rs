@@ -245,6 +245,49 @@ fn a_peak_the_partitions_cannot_carry_is_a_capacity_plan_problem_while_healthy()
 }
 
 #[test]
+fn a_scale_up_slower_than_the_age_limit_asks_for_replicas_held_running() {
+    // A 2-minute deadline warned at half (60 s), 1 s polls, 90 s pod starts, 40 s
+    // rebalances: a rise to yesterday's 700/s must be held for 132 s by the replicas running,
+    // which must complete 700 × 72 / 92 = 548/s: 6 replicas of 100/s (2 partitions each).
+    let slow = |pod_start: &str| {
+        let mut budget = budget();
+        budget.spec.completion_deadline = "2m".to_owned();
+        budget.spec.scaling = serde_json::from_value(serde_json::json!({
+            "podStartTime": pod_start, "rebalanceCost": "40s"
+        }))
+        .unwrap();
+        budget
+    };
+    let plan = decide(
+        &BudgetSettings::of(&slow("90s")),
+        &facts_with_peak(300.0, 3, Some(value(700.0))),
+        &BacklogBudgetStatus::default(),
+        at(100),
+    );
+    let condition = find(&plan.status.conditions, "CapacityPlan").unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "ReactionSlowerThanAgeLimit"),
+        "{}",
+        condition.message
+    );
+    assert!(
+        condition.message.contains("raise spec.minReplicas to 6"),
+        "{}",
+        condition.message
+    );
+    // Pods that start in 10 s are there within the 60 s.
+    let plan = decide(
+        &BudgetSettings::of(&slow("10s")),
+        &facts_with_peak(300.0, 3, Some(value(700.0))),
+        &BacklogBudgetStatus::default(),
+        at(100),
+    );
+    let condition = find(&plan.status.conditions, "CapacityPlan").unwrap();
+    assert_eq!(condition.reason, "Fits", "{}", condition.message);
+}
+
+#[test]
 fn nothing_new_is_no_step() {
     let budget = budget();
     let mut world = World::default();
