@@ -3,7 +3,7 @@
 //! alone can exceed. The result is the `CapacityPlan` condition and the headroom at the peak.
 
 use crate::condition::{ConditionSpec, Truth};
-use crate::drain::{group_capacity, uneven_busiest_share};
+use crate::drain::{fewest_replicas_completing, group_capacity, uneven_busiest_share};
 use crate::format::{seconds, si};
 use crate::scaling::Reaction;
 
@@ -208,18 +208,6 @@ fn slower_than_a_rise(facts: &CapacityFacts, cap: u32, rate: f64, peak: f64) -> 
         ),
     };
     Some(format!("{why}; {fix}"))
-}
-
-/// The fewest replicas, at most one per partition, that complete `rate_needed`: a count that
-/// leaves one consumer more partitions than another completes no more than the next lower
-/// count that divides them evenly.
-fn fewest_replicas_completing(
-    rate_needed: f64,
-    partitions: u32,
-    per_replica_rate: f64,
-) -> Option<u32> {
-    (1..=partitions)
-        .find(|&replicas| group_capacity(replicas, partitions, per_replica_rate) >= rate_needed)
 }
 
 /// Where the replicas do not divide the partitions, which consumer limits the group.

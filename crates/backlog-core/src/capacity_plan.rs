@@ -3,7 +3,9 @@
 //! - partitions = ⌈target throughput × headroom / per-partition throughput⌉;
 //! - useful consumers ≤ partitions (a consumer beyond the partition count idles);
 //! - per-consumer throughput = batch / (processing + commit), or 1 / processing per message;
-//! - group throughput = per-consumer throughput × useful consumers;
+//! - group throughput = per-consumer throughput × useful consumers with one consumer per
+//!   partition; k consumers complete only what their busiest, owning ⌈P/k⌉ partitions, keeps
+//!   up with, so the fewest consumers that carry a rate are counted that way;
 //! - storage = write rate × message size × retention × replicas;
 //! - one batch must take at most half the consumer timeout;
 //! - a key always lands on one partition, so a hot key's partition can outgrow one partition
@@ -16,6 +18,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use thiserror::Error;
+
+use crate::drain::fewest_replicas_completing;
 
 /// How fast one consumer completes events.
 #[derive(Clone, Debug, PartialEq)]
@@ -291,7 +295,14 @@ pub fn plan(input: &PlanInput) -> Result<CapacityPlan, PlanError> {
             PartitionBound::PartitionThroughput,
         )
     };
-    let min_consumers = count(target / consumer)?.min(partitions);
+    // Consumers are counted as the group completes them: k consumers over the partitions
+    // keep up only as far as the busiest (⌈P/k⌉ partitions) does, so 60 consumers over 90
+    // partitions complete what 45 do.
+    let carrying = |rate: f64| {
+        fewest_replicas_completing(rate * (1.0 - 1e-9), partitions, consumer).unwrap_or(partitions)
+    };
+    let min_consumers = carrying(target);
+    let consumers_for_headroom = carrying(with_headroom);
     Ok(CapacityPlan {
         partitions,
         bound,
@@ -299,7 +310,7 @@ pub fn plan(input: &PlanInput) -> Result<CapacityPlan, PlanError> {
         consumer_throughput: consumer,
         group_throughput_at_those: consumer * f64::from(partitions_for_throughput),
         min_consumers,
-        consumers_for_headroom: consumers_for_headroom.min(partitions),
+        consumers_for_headroom,
         max_useful_consumers: partitions,
         max_group_throughput: consumer * f64::from(partitions),
         storage_bytes: target * message_bytes * retention * f64::from(input.replicas),

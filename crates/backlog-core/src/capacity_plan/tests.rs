@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::drain::group_capacity;
 
 /// The seed's worked example: 3000/s, headroom 1.5, 500/s per partition, 1 KiB messages kept
 /// 24 h on three replicas.
@@ -44,7 +45,9 @@ fn seed_nine_consumers_at_20ms_per_message_carry_450_per_second() {
     // 90 partitions.
     assert_eq!(plan.bound, PartitionBound::ConsumersNeeded);
     assert_eq!(plan.partitions, 90);
-    assert_eq!(plan.min_consumers, 60);
+    // 3000/s is 60 consumers' worth, but 60 over 90 partitions leave 30 of them two, and
+    // the group completes what 45 do (2250/s): every partition needs its own consumer.
+    assert_eq!(plan.min_consumers, 90);
     assert_eq!(plan.consumers_for_headroom, 90);
 }
 
@@ -218,5 +221,12 @@ proptest! {
         let with_headroom = input.target_throughput * input.headroom;
         prop_assert!(f64::from(plan.partitions) * input.partition_throughput >= with_headroom * (1.0 - 1e-9));
         prop_assert!(plan.max_group_throughput >= with_headroom * (1.0 - 1e-9));
+        // The fewest consumers named carry the target, as the group completes it, and one
+        // fewer does not.
+        let completes = |k: u32| group_capacity(k, plan.partitions, plan.consumer_throughput);
+        let target = input.target_throughput * (1.0 - 1e-9);
+        prop_assert!(completes(plan.min_consumers) >= target);
+        prop_assert!(completes(plan.min_consumers - 1) < target);
+        prop_assert!(completes(plan.consumers_for_headroom) >= with_headroom * (1.0 - 1e-9));
     }
 }
