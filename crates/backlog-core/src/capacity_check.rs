@@ -3,7 +3,7 @@
 //! alone can exceed. The result is the `CapacityPlan` condition and the headroom at the peak.
 
 use crate::condition::{ConditionSpec, Truth};
-use crate::drain::{fewest_replicas_completing, group_capacity, uneven_busiest_share};
+use crate::drain::{group_capacity, replicas_for, uneven_busiest_share};
 use crate::format::{seconds, si};
 use crate::scaling::Reaction;
 
@@ -76,7 +76,7 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
             let capacity = group_capacity(cap, partitions, rate);
             headroom = (peak > 0.0).then(|| capacity / peak);
             if capacity < peak {
-                let fix = match fewest_replicas_completing(peak, partitions, rate) {
+                let fix = match replicas_for(peak, rate, partitions) {
                     Some(replicas) => format!("raise spec.maxReplicas to {replicas}"),
                     None => {
                         let needed = (peak / rate).ceil();
@@ -179,7 +179,7 @@ fn slower_than_a_rise(facts: &CapacityFacts, cap: u32, rate: f64, peak: f64) -> 
     }
     let partitions = facts.partitions.unwrap_or(cap);
     let needed = peak * ((total - limit) / working).min(1.0);
-    let held = fewest_replicas_completing(needed, partitions, rate);
+    let held = replicas_for(needed, rate, partitions);
     if held.is_some_and(|replicas| facts.min_replicas >= replicas) {
         return None;
     }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::drain::fewest_replicas_completing;
+use crate::drain::replicas_for;
 
 /// How fast one consumer completes events.
 #[derive(Clone, Debug, PartialEq)]
@@ -298,9 +298,7 @@ pub fn plan(input: &PlanInput) -> Result<CapacityPlan, PlanError> {
     // Consumers are counted as the group completes them: k consumers over the partitions
     // keep up only as far as the busiest (⌈P/k⌉ partitions) does, so 60 consumers over 90
     // partitions complete what 45 do.
-    let carrying = |rate: f64| {
-        fewest_replicas_completing(rate * (1.0 - 1e-9), partitions, consumer).unwrap_or(partitions)
-    };
+    let carrying = |rate: f64| replicas_for(rate, consumer, partitions).unwrap_or(partitions);
     let min_consumers = carrying(target);
     let consumers_for_headroom = carrying(with_headroom);
     Ok(CapacityPlan {

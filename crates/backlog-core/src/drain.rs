@@ -33,18 +33,6 @@ pub fn group_capacity(replicas: u32, partitions: u32, per_replica_rate: f64) -> 
     per_replica_rate * f64::from(partitions) / f64::from(busiest)
 }
 
-/// The fewest replicas, at most one per partition, whose [`group_capacity`] reaches
-/// `rate_needed`: `None` when not even one per partition does. Above a count that divides the
-/// partitions, the next ones complete no more until the next such count.
-pub fn fewest_replicas_completing(
-    rate_needed: f64,
-    partitions: u32,
-    per_replica_rate: f64,
-) -> Option<u32> {
-    (1..=partitions)
-        .find(|&replicas| group_capacity(replicas, partitions, per_replica_rate) >= rate_needed)
-}
-
 /// How many partitions the busiest of `replicas` consumers owns, where the replicas do not
 /// divide the partitions evenly (then the group completes only what fewer replicas would);
 /// `None` where they do, or where every consumer owns at most one.
