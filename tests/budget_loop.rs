@@ -362,6 +362,27 @@ fn a_past_peak_the_partitions_cannot_carry_shows_in_the_capacity_plan(env: &Test
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no partition count in {message:?}"));
         assert!((15..=17).contains(&needed), "{message}");
+        // Until a start is seen, a scale-up is planned with the spec's 30 s pod start: with
+        // two 1 s polls, three times the 10 s the age may reach (half the 20 s deadline), so
+        // the first polls may also say that only replicas already running could hold such a
+        // peak. The scale-up to the critical count then measures how long its replicas took
+        // to be ready (about a second here), well within those 10 s, and that claim goes.
+        wait_until(
+            Duration::from_secs(20),
+            "the measured pod start replaces the assumed one in the capacity plan",
+            || async {
+                let measured = budget_status(env, &namespace, name)
+                    .await
+                    .and_then(|b| b.status?.pod_start_seconds)
+                    .is_some_and(|seconds| seconds < 5.0);
+                let plan = capacity_plan(env, &namespace, name).await;
+                measured
+                    && plan.is_some_and(|(_, reason, message)| {
+                        reason == "UndrainableAtPeak" && !message.contains("a scale-up works")
+                    })
+            },
+        )
+        .await;
         let status = budget_status(env, &namespace, name)
             .await
             .and_then(|b| b.status)
