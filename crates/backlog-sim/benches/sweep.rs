@@ -8,7 +8,9 @@
 //!
 //! `SWEEP_SEEDS` (default 1,2,3,4) and `SWEEP_COUNT` (scenarios per seed, default 96) choose
 //! the draw; `SWEEP_DUMP=DIR` writes each missed scenario there, to replay with
-//! `backlog-operator simulate --scenario`.
+//! `backlog-operator simulate --scenario`. `SWEEP_NOISE=0.2` draws the same scenarios with
+//! their production multiplied by a factor within ±20 % that changes every 15 s
+//! (`productionNoise`), as real arrivals are never flat.
 
 #[path = "sweep/shapes.rs"]
 mod shapes;
@@ -101,6 +103,15 @@ fn main() {
         .copied()
         .unwrap_or(96) as usize;
     let dump = std::env::var_os("SWEEP_DUMP").map(PathBuf::from);
+    if let Some(dir) = &dump
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        eprintln!("{}: {e}", dir.display());
+    }
+    let noise = std::env::var("SWEEP_NOISE")
+        .ok()
+        .and_then(|share| share.parse::<f64>().ok())
+        .filter(|share| *share > 0.0);
 
     let drawn: Vec<Drawn> = seeds
         .iter()
@@ -108,7 +119,13 @@ fn main() {
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
             (0..count)
                 .map(|index| {
-                    let (name, yaml) = scenario(&mut rng, index);
+                    let (name, mut yaml) = scenario(&mut rng, index);
+                    if let Some(share) = noise {
+                        let noise_seed = seed * 1000 + index as u64;
+                        yaml.push_str(&format!(
+                            "productionNoise: {{share: {share}, every: 15s, seed: {noise_seed}}}\n"
+                        ));
+                    }
                     Drawn {
                         seed,
                         shape: SHAPES[index % SHAPES.len()],

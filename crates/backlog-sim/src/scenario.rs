@@ -35,6 +35,9 @@ pub struct Scenario {
     pub initial_replicas: Option<u32>,
     /// Events per second over time.
     pub production: Vec<ProductionSegment>,
+    /// Noise on production: real arrivals are never the flat segments written above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub production_noise: Option<ProductionNoise>,
     pub consumer: ConsumerModel,
     /// How long a new pod takes to start consuming; default 20s.
     #[serde(default = "default_pod_start_delay")]
@@ -80,6 +83,50 @@ pub struct ProductionSegment {
     pub rate: f64,
     #[serde(default)]
     pub ramp_to: Option<f64>,
+}
+
+/// Production multiplied, over each `every`-long slot, by a factor drawn evenly from
+/// `1 ± share`; the draws come from `seed` and the slot's number, so a scenario runs the same
+/// on every machine and under every policy.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProductionNoise {
+    pub share: f64,
+    #[serde(default = "default_noise_every")]
+    pub every: String,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_noise_every() -> String {
+    "15s".into()
+}
+
+/// [`ProductionNoise`] in model units.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Noise {
+    pub share: f64,
+    pub every: f64,
+    pub seed: u64,
+}
+
+impl Noise {
+    /// The factor production is multiplied by at time `t`.
+    pub fn factor(&self, t: f64) -> f64 {
+        let slot = (t / self.every).floor().max(0.0) as u64;
+        1.0 + self.share * (2.0 * unit_draw(self.seed, slot) - 1.0)
+    }
+}
+
+/// A number in [0, 1) from a seed and an index (splitmix64): the same on every machine.
+fn unit_draw(seed: u64, index: u64) -> f64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(index.wrapping_add(1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The consumer's true speed (what the policies can only observe through metrics).
@@ -155,6 +202,7 @@ pub struct Model {
     pub partition_shares: Vec<f64>,
     pub initial_replicas: u32,
     pub production: Vec<(f64, f64, Option<f64>)>,
+    pub noise: Option<Noise>,
     pub per_replica_rate: f64,
     pub slowdowns: Vec<(f64, f64, f64)>,
     pub pod_start_delay: f64,
@@ -237,6 +285,22 @@ impl Scenario {
                 "segments must start at 0s and be in increasing order of from",
             ));
         }
+        let noise = match &self.production_noise {
+            None => None,
+            Some(noise) => {
+                if !(noise.share.is_finite() && (0.0..=1.0).contains(&noise.share)) {
+                    return Err(invalid(
+                        "productionNoise.share",
+                        "must be between 0 and 1 (0.2 is ±20 %)",
+                    ));
+                }
+                Some(Noise {
+                    share: noise.share,
+                    every: positive_seconds("productionNoise.every", &noise.every)?,
+                    seed: noise.seed,
+                })
+            }
+        };
         let mut slowdowns = Vec::new();
         for slowdown in &self.consumer.slowdowns {
             let from = non_negative_seconds("consumer.slowdowns[].from", &slowdown.from)?;
@@ -272,6 +336,7 @@ impl Scenario {
             partition_shares,
             initial_replicas,
             production,
+            noise,
             per_replica_rate: self.consumer.per_replica_rate,
             slowdowns,
             pod_start_delay: non_negative_seconds("podStartDelay", &self.pod_start_delay)?,
@@ -288,6 +353,12 @@ impl Scenario {
 impl Model {
     /// Events produced per second at time `t`.
     pub fn production_rate(&self, t: f64) -> f64 {
+        let base = self.segment_rate(t);
+        self.noise.map_or(base, |noise| base * noise.factor(t))
+    }
+
+    /// Events per second the segments give at time `t`, before any noise.
+    pub fn segment_rate(&self, t: f64) -> f64 {
         let index = self
             .production
             .iter()
@@ -313,5 +384,61 @@ impl Model {
             .iter()
             .filter(|(from, to, _)| *from <= t && t < *to)
             .fold(self.per_replica_rate, |rate, (_, _, factor)| rate * factor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noisy(noise: &str) -> Result<Model, ScenarioError> {
+        let yaml = format!(
+            "name: noisy\nduration: 1h\npartitions: 4\nproduction:\n  - {{from: 0s, rate: 1000}}\n\
+             productionNoise: {noise}\nconsumer: {{perReplicaRate: 500}}\n\
+             budget: {{minReplicas: 1, maxReplicas: 4, completionDeadline: 10m}}\n"
+        );
+        serde_yaml::from_str::<Scenario>(&yaml)
+            .map_err(|source| ScenarioError::Parse {
+                path: "noisy".into(),
+                source,
+            })?
+            .model()
+    }
+
+    #[test]
+    fn noise_moves_production_within_its_share_the_same_on_every_run() {
+        let model = noisy("{share: 0.2, every: 15s, seed: 7}").unwrap();
+        let rates: Vec<f64> = (0..240)
+            .map(|slot| model.production_rate(15.0 * f64::from(slot)))
+            .collect();
+        assert!(
+            rates.iter().all(|rate| (800.0..=1200.0).contains(rate)),
+            "{rates:?}"
+        );
+        // One factor per slot, and slots differ.
+        assert_eq!(model.production_rate(15.0), model.production_rate(29.9));
+        assert!(rates.windows(2).any(|pair| pair[0] != pair[1]));
+        let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+        assert!((mean - 1000.0).abs() < 40.0, "{mean}");
+        assert_eq!(rates, {
+            let again = noisy("{share: 0.2, every: 15s, seed: 7}").unwrap();
+            (0..240)
+                .map(|slot| again.production_rate(15.0 * f64::from(slot)))
+                .collect::<Vec<_>>()
+        });
+        // Another seed, other draws; the segments themselves are untouched.
+        let other = noisy("{share: 0.2, every: 15s, seed: 8}").unwrap();
+        assert_ne!(other.production_rate(0.0), model.production_rate(0.0));
+        assert_eq!(model.segment_rate(100.0), 1000.0);
+    }
+
+    #[test]
+    fn noise_beyond_the_rate_itself_is_refused() {
+        for share in ["1.5", "-0.1", ".nan"] {
+            let error = noisy(&format!("{{share: {share}}}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("productionNoise.share"), "{error}");
+        }
     }
 }

@@ -51,7 +51,7 @@ fn continued_past_end(model: &Model) -> Model {
     continued.production.retain(|(from, _, _)| *from < end);
     continued
         .production
-        .push((end, model.production_rate(last), None));
+        .push((end, model.segment_rate(last), None));
     continued.slowdowns.retain(|(from, _, _)| *from <= last);
     for (_, to, _) in &mut continued.slowdowns {
         if *to > last {
