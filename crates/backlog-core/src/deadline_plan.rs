@@ -547,7 +547,10 @@ impl Planner<'_, '_> {
         };
         // A spike, not a level: it went, it came once, and it lasted less than half the
         // horizon (a load that stopped after most of the window is expected back as it was).
-        let once = lambda <= level && self.inputs.recent.recurring_above(level).is_none();
+        // A window that began above the level saw it once before the rise within it.
+        let once = lambda <= level
+            && self.inputs.recent.recurring_above(level).is_none()
+            && !self.inputs.recent.rose_again_above(level);
         let spike = self
             .inputs
             .recent

@@ -1,4 +1,4 @@
-//! The arrival rate of the recent past, kept as runs of about the same λ (each its highest),
+//! The arrival rate of the recent past, kept as runs of about the same λ (each its mean),
 //! and the forecast made from it: the recent past repeats. A load that alternates returns to
 //! its peak, a short spike may come again, a constant load stays constant; a scale-down is
 //! judged against all of that, not against the one poll it happens to be taken in. A steady λ
@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use super::stabilization::seconds_between;
 
-/// A run of λ that started at `at`, with its highest value.
+/// A run of λ that started at `at`, with its time-weighted mean.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DemandSample {
     pub at: Timestamp,
@@ -21,13 +21,16 @@ pub const MAX_RUNS: usize = 24;
 /// A λ within this share of its run's highest continues the run.
 const SAME_RUN_SHARE: f64 = 0.1;
 
-/// The history with `rate` observed at `now`: runs that ended before the window dropped, the
-/// rate merged into the newest run when it is about the same, or the start of a new one.
-/// Beyond [`MAX_RUNS`], the two neighbouring runs that are shortest together become one (at
-/// the higher λ): a run holds its highest λ, so every merge widens a peak by the shorter
-/// run, and merging the shortest keeps a spike about as long as it was seen while the runs
-/// still cover the window. Runs of a fixed length instead widened a 100 s spike read
-/// through a 1-minute rate window to 180 s.
+/// The history with `rate` observed at `now` (one poll's reading): runs that ended before the
+/// window dropped, the rate averaged into the newest run when it is about the same, or the
+/// start of a new one. A run keeps the events it saw (its mean): a run that kept its highest
+/// reading made a load that moves ±20 % from poll to poll look a fifth heavier than it is,
+/// and a count that carries it short of peaks that were only noise. Beyond [`MAX_RUNS`], the
+/// two neighbouring runs that are shortest together become one: at their mean where they
+/// differ by noise ([`NOISE_SHARE`]), otherwise at the higher λ, so a peak keeps its height
+/// and is widened by the shorter run; merging the shortest keeps a spike about as long as it
+/// was seen while the runs still cover the window. Runs of a fixed length instead widened a
+/// 100 s spike read through a 1-minute rate window to 180 s.
 pub fn record(
     history: &[DemandSample],
     rate: f64,
@@ -73,10 +76,7 @@ fn merge_shortest_neighbours(runs: &mut Vec<DemandSample>, now: Timestamp) {
             seconds_between(runs[i + 1].at, end(i + 1)).max(0.0),
         );
         let merged = runs.remove(i + 1);
-        let (low, high) = (
-            runs[i].rate.min(merged.rate),
-            runs[i].rate.max(merged.rate),
-        );
+        let (low, high) = (runs[i].rate.min(merged.rate), runs[i].rate.max(merged.rate));
         runs[i].rate = if high - low <= NOISE_SHARE * high && first + second > 0.0 {
             (runs[i].rate * first + merged.rate * second) / (first + second)
         } else {
@@ -85,12 +85,9 @@ fn merge_shortest_neighbours(runs: &mut Vec<DemandSample>, now: Timestamp) {
     }
 }
 
-/// Neighbouring runs within this share of the higher are the same load read through noise:
-/// merged, they keep the events both held (their time-weighted mean), where a peak keeps its
-/// height. Holding the higher of two noisy readings at every merge left a history of a
-/// load that moves ±20 % from poll to poll a fifth above it, and a count that carries the load
-/// was refused as short of peaks that were only noise.
-const NOISE_SHARE: f64 = 0.0;
+/// Neighbouring runs within this share of the higher are the same load read through noise,
+/// and merge at their mean.
+const NOISE_SHARE: f64 = 0.3;
 
 /// The history as a series younger than its rate window shows it: Prometheus' `rate()` reads
 /// such a series low, and a workload started with its budget is one. While the history is
@@ -224,6 +221,17 @@ impl Replay {
         Some((stretch_from(previous), lasting))
     }
 
+    /// λ was above `level` when the window began, fell to or below it, and rose above it
+    /// again: the window saw one rise, but the load had been above the level before it, so
+    /// that rise is at least its second. A window shorter than two periods of a load that
+    /// alternates sees it so.
+    pub fn rose_again_above(&self, level: f64) -> bool {
+        self.steps.first().is_some_and(|(_, rate)| *rate > level)
+            && self.last_two_rises_above(level).is_none()
+            && (1..self.steps.len())
+                .any(|i| self.steps[i].1 > level && self.steps[i - 1].1 <= level)
+    }
+
     /// The indices of the last two steps at which λ rose above `level` from at or below it.
     fn last_two_rises_above(&self, level: f64) -> Option<[usize; 2]> {
         let mut rises = (1..self.steps.len())
@@ -297,7 +305,8 @@ mod tests {
             history = record(&history, rate, at(second), 360.0, 15.0);
         }
         let rates: Vec<f64> = history.iter().map(|s| s.rate).collect();
-        assert_eq!(rates, vec![1040.0, 2000.0, 500.0]);
+        // The first run's mean over its 45 s: 1000, 1040 and 990 for 15 s each.
+        assert_eq!(rates, vec![1010.0, 2000.0, 500.0]);
         // A run that ended more than a window ago leaves.
         history = record(&history, 500.0, at(410), 360.0, 15.0);
         let rates: Vec<f64> = history.iter().map(|s| s.rate).collect();
@@ -476,6 +485,48 @@ mod tests {
             extra <= 1.3 * read,
             "{extra} events above the base, read {read}"
         );
+    }
+
+    #[test]
+    fn a_noisy_load_is_remembered_at_its_mean_and_a_peak_at_its_height() {
+        // 20 minutes of readings that move up to 20 % from poll to poll around 1000/s.
+        let noisy: Vec<f64> = (0..80)
+            .map(|i| 1000.0 * (1.0 + 0.1 * [-1.0, 0.5, 1.0, -0.5, 0.0][i % 5]))
+            .collect();
+        let mut history = Vec::new();
+        for (i, rate) in noisy.iter().enumerate() {
+            history = record(&history, *rate, at(15 * i as i64), 1200.0, 15.0);
+        }
+        let now = at(15 * noisy.len() as i64);
+        let replay = Replay::new(&history, now, 1200.0, 15.0);
+        assert!((replay.mean() - 1000.0).abs() <= 50.0, "{history:?}");
+        // A peak twice the load for two minutes keeps its height among the noise.
+        for i in 80..88 {
+            history = record(&history, 2000.0, at(15 * i), 1200.0, 15.0);
+        }
+        let replay = Replay::new(&history, at(15 * 88), 1200.0, 15.0);
+        assert_eq!(replay.peak(), 2000.0);
+    }
+
+    #[test]
+    fn a_window_that_began_above_a_level_saw_the_rise_within_it_before() {
+        // Readings a minute apart; the replay is taken at the last one.
+        let replay = |rates: &[f64], window: f64| {
+            let mut history = Vec::new();
+            for (i, rate) in rates.iter().enumerate() {
+                history = record(&history, *rate, at(60 * i as i64), window, 60.0);
+            }
+            Replay::new(&history, at(60 * (rates.len() as i64 - 1)), window, 60.0)
+        };
+        // A 150 s window holds the tail of a peak, the trough, and the next peak.
+        let peaks = [1000.0, 3000.0, 3000.0, 1000.0, 3000.0];
+        assert!(replay(&peaks, 150.0).rose_again_above(2000.0));
+        // The tail of a peak that has not come back.
+        let once = [1000.0, 3000.0, 3000.0, 1000.0, 1000.0];
+        assert!(!replay(&once, 150.0).rose_again_above(2000.0));
+        // Two rises within a longer window are a recurring load already.
+        assert!(!replay(&peaks, 600.0).rose_again_above(2000.0));
+        assert!(replay(&peaks, 600.0).recurring_above(2000.0).is_some());
     }
 
     proptest! {

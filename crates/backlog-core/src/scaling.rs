@@ -356,7 +356,13 @@ fn scale(
         now,
         young_seconds,
     );
-    let demand = demand_history::record(&lifted, values.queried_produce_rate, now, window);
+    let demand = demand_history::record(
+        &lifted,
+        values.queried_produce_rate,
+        now,
+        window,
+        config.poll_interval_seconds,
+    );
     let recent = Replay::new(&demand, now, window, config.poll_interval_seconds);
 
     // A hot partition (a backlog below a second of arrivals is in flight, not skew). When it
