@@ -18,7 +18,7 @@ pub struct DemandSample {
 /// Runs a history keeps at most (the status stays small whatever the load).
 pub const MAX_RUNS: usize = 24;
 
-/// A λ within this share of its run's highest continues the run.
+/// A λ within this share of its run's rate continues the run.
 const SAME_RUN_SHARE: f64 = 0.1;
 
 /// The history with `rate` observed at `now` (one poll's reading): runs that ended before the
