@@ -3,8 +3,8 @@
 //! alone can exceed. The result is the `CapacityPlan` condition and the headroom at the peak.
 
 use crate::condition::{ConditionSpec, Truth};
-use crate::drain::{group_capacity, replicas_for, uneven_busiest_share};
-use crate::format::{seconds, si};
+use crate::drain::{group_capacity, replicas_for};
+use crate::format::{busiest_owning, seconds, si};
 use crate::scaling::Reaction;
 
 pub const CAPACITY_PLAN: &str = "CapacityPlan";
@@ -68,54 +68,40 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
     let peak = facts
         .peak_produce_rate
         .filter(|peak| peak.is_finite() && *peak >= 0.0);
-    let mut headroom = None;
-    let mut unknown = Vec::new();
-    match (cap, usable_rate, peak) {
+    let known = match (cap, usable_rate, peak) {
         (Some(cap), Some(rate), Some(peak)) => {
             let partitions = facts.partitions.unwrap_or(cap);
-            let capacity = group_capacity(cap, partitions, rate);
-            headroom = (peak > 0.0).then(|| capacity / peak);
-            if capacity < peak {
-                let fix = match replicas_for(peak, rate, partitions) {
-                    Some(replicas) => format!("raise spec.maxReplicas to {replicas}"),
-                    None => {
-                        let needed = (peak / rate).ceil();
-                        format!(
-                            "{needed} partitions (and spec.maxReplicas {needed}) are needed, or a faster consumer"
-                        )
-                    }
-                };
-                problems.push((
-                    "UndrainableAtPeak",
-                    format!(
-                        "the peak produce rate of the last 24h, {}/s, is above what {cap} replicas complete: {}/s at {}/s each after the retry reserve{}: at that peak the backlog cannot drain; {fix}",
-                        si(peak),
-                        si(capacity),
-                        si(rate),
-                        busiest_note(cap, partitions)
-                    ),
-                ));
-            }
+            Some(Known {
+                cap,
+                partitions,
+                rate,
+                peak,
+                capacity: group_capacity(cap, partitions, rate),
+            })
         }
-        _ => {
-            if cap.is_none() {
-                unknown.push("the partition count");
-            }
-            if usable_rate.is_none() {
-                unknown.push("the per-replica rate (set capacity.perReplicaRate, or wait for a saturated interval to measure it)");
-            }
-            if peak.is_none() {
-                unknown.push("the 24-hour peak produce rate (metrics.produceRate)");
-            }
+        _ => None,
+    };
+    let mut unknown = Vec::new();
+    if cap.is_none() {
+        unknown.push("the partition count");
+    }
+    if usable_rate.is_none() {
+        unknown.push("the per-replica rate (set capacity.perReplicaRate, or wait for a saturated interval to measure it)");
+    }
+    if peak.is_none() {
+        unknown.push("the 24-hour peak produce rate (metrics.produceRate)");
+    }
+    let headroom = known
+        .as_ref()
+        .and_then(|k| (k.peak > 0.0).then(|| k.capacity / k.peak));
+    if let Some(known) = &known {
+        if let Some(problem) = undrainable_at_peak(known) {
+            problems.push(("UndrainableAtPeak", problem));
+        }
+        if let Some(problem) = slower_than_a_rise(facts, known) {
+            problems.push(("ReactionSlowerThanAgeLimit", problem));
         }
     }
-
-    if let (Some(cap), Some(rate), Some(peak)) = (cap, usable_rate, peak)
-        && let Some(problem) = slower_than_a_rise(facts, cap, rate, peak)
-    {
-        problems.push(("ReactionSlowerThanAgeLimit", problem));
-    }
-
     if let Some((policy, worst)) = &facts.retry_worst_case
         && *worst > facts.deadline_seconds
     {
@@ -144,11 +130,12 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
             format!("not checked yet: unknown {}", unknown.join(", ")),
         )
     } else {
-        let message = match (cap, usable_rate, peak, headroom) {
-            (Some(cap), Some(rate), Some(peak), Some(headroom)) => format!(
-                "{cap} replicas complete {}/s, {headroom:.1}× the peak produce rate of the last 24h ({}/s)",
-                si(group_capacity(cap, facts.partitions.unwrap_or(cap), rate)),
-                si(peak)
+        let message = match (&known, headroom) {
+            (Some(known), Some(headroom)) => format!(
+                "{} replicas complete {}/s, {headroom:.1}× the peak produce rate of the last 24h ({}/s)",
+                known.cap,
+                si(known.capacity),
+                si(known.peak)
             ),
             _ => "no produce rate in the last 24h; the partitions and replicas fit".to_owned(),
         };
@@ -160,6 +147,49 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
     }
 }
 
+/// The measurements every capacity claim needs, with what the cap completes from them.
+struct Known {
+    /// The replicas that can work: spec.maxReplicas, at most the partitions.
+    cap: u32,
+    partitions: u32,
+    /// Per replica, after the retry reserve.
+    rate: f64,
+    /// The 24-hour peak produce rate.
+    peak: f64,
+    /// What the cap completes, the busiest consumer limiting the group.
+    capacity: f64,
+}
+
+/// Where the cap completes less than the 24-hour peak: the claim and the fix.
+fn undrainable_at_peak(known: &Known) -> Option<String> {
+    let Known {
+        cap,
+        partitions,
+        rate,
+        peak,
+        capacity,
+    } = *known;
+    if capacity >= peak {
+        return None;
+    }
+    let fix = match replicas_for(peak, rate, partitions) {
+        Some(replicas) => format!("raise spec.maxReplicas to {replicas}"),
+        None => {
+            let needed = (peak / rate).ceil();
+            format!(
+                "{needed} partitions (and spec.maxReplicas {needed}) are needed, or a faster consumer"
+            )
+        }
+    };
+    let busiest = busiest_owning(cap, partitions).map_or_else(String::new, |b| format!(", {b}"));
+    Some(format!(
+        "the peak produce rate of the last 24h, {}/s, is above what {cap} replicas complete: {}/s at {}/s each after the retry reserve{busiest}: at that peak the backlog cannot drain; {fix}",
+        si(peak),
+        si(capacity),
+        si(rate),
+    ))
+}
+
 /// Where a scale-up takes longer than the age limit: the replicas that must already run for a
 /// rise to the peak, arriving at once, to stay under the limit until new pods work, when
 /// `spec.minReplicas` holds fewer.
@@ -169,7 +199,14 @@ pub fn check(facts: &CapacityFacts) -> CapacityCheck {
 /// when `μ (R - rebalance)` events had, so its age is `R - μ (R - rebalance) / peak`. That
 /// stays under the limit `L` where `μ ≥ peak (R - L) / (R - rebalance)`. A count that
 /// completes the peak asks for no new pods and needs no reaction at all.
-fn slower_than_a_rise(facts: &CapacityFacts, cap: u32, rate: f64, peak: f64) -> Option<String> {
+fn slower_than_a_rise(facts: &CapacityFacts, known: &Known) -> Option<String> {
+    let Known {
+        cap,
+        partitions,
+        rate,
+        peak,
+        ..
+    } = *known;
     let reaction = facts.reaction;
     let total = reaction.seconds();
     let limit = facts.age_limit_seconds;
@@ -177,7 +214,6 @@ fn slower_than_a_rise(facts: &CapacityFacts, cap: u32, rate: f64, peak: f64) -> 
     if total <= limit || working <= 0.0 || peak <= 0.0 {
         return None;
     }
-    let partitions = facts.partitions.unwrap_or(cap);
     let needed = peak * ((total - limit) / working).min(1.0);
     let held = replicas_for(needed, rate, partitions);
     if held.is_some_and(|replicas| facts.min_replicas >= replicas) {
@@ -208,13 +244,6 @@ fn slower_than_a_rise(facts: &CapacityFacts, cap: u32, rate: f64, peak: f64) -> 
         ),
     };
     Some(format!("{why}; {fix}"))
-}
-
-/// Where the replicas do not divide the partitions, which consumer limits the group.
-fn busiest_note(replicas: u32, partitions: u32) -> String {
-    uneven_busiest_share(replicas, partitions).map_or_else(String::new, |busiest| {
-        format!(", the busiest owning {busiest} of the {partitions} partitions")
-    })
 }
 
 #[cfg(test)]

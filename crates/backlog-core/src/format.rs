@@ -61,3 +61,10 @@ mod tests {
         assert_eq!(seconds(f64::NAN), "-");
     }
 }
+
+/// "the busiest owning b of the P partitions", where `replicas` consumers do not divide the
+/// partitions evenly and the busiest one limits the group; `None` where they do.
+pub fn busiest_owning(replicas: u32, partitions: u32) -> Option<String> {
+    crate::drain::uneven_busiest_share(replicas, partitions)
+        .map(|busiest| format!("the busiest owning {busiest} of the {partitions} partitions"))
+}

@@ -8,8 +8,8 @@ use crate::budget_config::BudgetConfig;
 use crate::capacity_estimate::CapacitySource;
 use crate::condition::{ConditionSpec, Truth};
 use crate::deadline_plan::{Plan, PlanReason, PlanSettings};
-use crate::drain::{group_capacity, uneven_busiest_share};
-use crate::format::{seconds, si};
+use crate::drain::group_capacity;
+use crate::format::{busiest_owning, seconds, si};
 use crate::phase::BudgetPhase;
 
 pub(super) fn skew_condition(hot: Option<&HotPartition>, replicas: u32) -> ConditionSpec {
@@ -60,11 +60,8 @@ pub(super) fn explain(
     let undrainable = undrainable.then(|| {
         let partitions = values.partitions;
         let most = si(group_capacity(cap, partitions, rate));
-        let sum = match uneven_busiest_share(cap, partitions) {
-            Some(busiest) => format!(
-                "{}/s each, the busiest owning {busiest} of the {partitions} partitions: {most}/s",
-                si(rate)
-            ),
+        let sum = match busiest_owning(cap, partitions) {
+            Some(busiest) => format!("{}/s each, {busiest}: {most}/s", si(rate)),
             None => format!("{cap} × {}/s = {most}/s", si(rate)),
         };
         format!(
