@@ -123,6 +123,8 @@ pub struct PlanSettings {
     /// How far costs are compared, and how long economy stays closed after it ended
     /// (scaling.economyDwell; 0 = no economy).
     pub economy_dwell: f64,
+    /// The rate window λ is read through: a step shows as a rise this long.
+    pub rate_window: f64,
 }
 
 impl PlanSettings {
@@ -525,9 +527,11 @@ impl Planner<'_, '_> {
     /// completes is taken at the cap's rate: no count carries more.
     ///
     /// A peak that rose above `replicas`' completions more than once lately, or lasted half
-    /// the horizon or more, is taken to last the horizon and held to `limit`. A spike seen
-    /// once is a guess about the future: it returns as long and as high as it was seen and
-    /// must only be met within the deadline: the line no event may cross, not the margins
+    /// the horizon or more, is taken to last the horizon and held to `limit`; it comes back
+    /// as fast as it climbed there from what `replicas` complete within the window, at once
+    /// where the window saw no such climb (a slow climb is read in time to follow). A spike
+    /// seen once is a guess about the future: it returns as long and as high as it was seen
+    /// and must only be met within the deadline: the line no event may cross, not the margins
     /// kept for the load the plan expects. Held to a stricter test, a short spike the budget
     /// met once would keep the count it asked for until the spike leaves the demand window,
     /// up to twice the horizon: insurance against an age that stays within the deadline
@@ -576,11 +580,29 @@ impl Planner<'_, '_> {
                     .peak()
                     .max(lambda)
                     .min(self.capacity(cap));
-                self.predict(replicas, back_for(peak), &|_| peak, self.settings.horizon)
+                let rise = self.rise_seconds(level, peak);
+                let arrivals = |t: f64| {
+                    if t < rise {
+                        level + (peak - level) * t / rise
+                    } else {
+                        peak
+                    }
+                };
+                self.predict(replicas, back_for(peak), &arrivals, self.settings.horizon)
                     .peak_age
                     <= limit
             }
         }
+    }
+
+    /// The shortest time λ took within the window to climb from `level` to `peak`, less the
+    /// rate window (a step read through the window shows as a rise that long): a load
+    /// returns as fast as it came, not faster. Zero, a jump, where the window saw no climb.
+    fn rise_seconds(&self, level: f64, peak: f64) -> f64 {
+        self.inputs
+            .recent
+            .fastest_rise(level, peak)
+            .map_or(0.0, |rise| (rise - self.settings.rate_window).max(0.0))
     }
 
     /// Holding `current` until the next decision leaves the deadline reachable: should

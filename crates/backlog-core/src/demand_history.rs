@@ -273,6 +273,26 @@ impl Replay {
         })
     }
 
+    /// The shortest climb the window saw from at or below `from` to at or above `to`:
+    /// from the end of the last step at or below `from` to the start of the next one at or
+    /// above `to`. `None` where λ never climbed so within the window.
+    pub fn fastest_rise(&self, from: f64, to: f64) -> Option<f64> {
+        let mut last_low_end: Option<f64> = None;
+        let mut fastest: Option<f64> = None;
+        for (i, (start, rate)) in self.steps.iter().enumerate() {
+            if *rate >= to
+                && let Some(low_end) = last_low_end.take()
+            {
+                let rise = (start - low_end).max(0.0);
+                fastest = Some(fastest.map_or(rise, |f: f64| f.min(rise)));
+            }
+            if *rate <= from {
+                last_low_end = Some(self.steps.get(i + 1).map_or(self.span, |next| next.0));
+            }
+        }
+        fastest
+    }
+
     /// Seconds one repetition lasts.
     pub fn span(&self) -> f64 {
         self.span
@@ -335,6 +355,49 @@ mod tests {
         let replay = Replay::new(&history, at(900), 360.0, 15.0);
         assert_eq!(replay.rate_at(10.0), 500.0);
         assert!((replay.mean() - 500.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_fastest_rise_is_the_shortest_climb_from_low_to_high() {
+        let replay_of = |steps: &[(i64, f64)], now: i64| {
+            let history: Vec<DemandSample> = steps
+                .iter()
+                .map(|&(second, rate)| DemandSample {
+                    at: at(second),
+                    rate,
+                })
+                .collect();
+            Replay::new(&history, at(now), now as f64, 15.0)
+        };
+        // A climb from 1000 (ending at 60 s) to 2000 (from 240 s): 180 s; a jump back later
+        // from 1000 to 2000 takes none, and is the fastest.
+        let climbed = replay_of(
+            &[
+                (0, 1000.0),
+                (60, 1300.0),
+                (120, 1600.0),
+                (180, 1900.0),
+                (240, 2000.0),
+            ],
+            600,
+        );
+        assert_eq!(climbed.fastest_rise(1000.0, 2000.0), Some(180.0));
+        // Thresholds between steps: from at or below 1300, to at or above 1900.
+        assert_eq!(climbed.fastest_rise(1300.0, 1900.0), Some(60.0));
+        let jumped_later = replay_of(
+            &[
+                (0, 1000.0),
+                (60, 1500.0),
+                (240, 2000.0),
+                (300, 1000.0),
+                (360, 2000.0),
+            ],
+            600,
+        );
+        assert_eq!(jumped_later.fastest_rise(1000.0, 2000.0), Some(0.0));
+        // A window that began high saw no climb.
+        let fell = replay_of(&[(0, 2000.0), (60, 1000.0)], 600);
+        assert_eq!(fell.fastest_rise(1000.0, 2000.0), None);
     }
 
     /// 2000/s for 2 minutes every 5 minutes over 500/s, `cycles` times from second 0.

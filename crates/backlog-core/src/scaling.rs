@@ -421,6 +421,7 @@ fn scale(
         horizon: plan_horizon_seconds(config),
         down_delay: config.scale_down_stabilization_seconds,
         economy_dwell: config.economy_dwell_seconds,
+        rate_window: rate_window_seconds(config),
     };
     // How long fewer replicas must run, saturated, before their completions are measured.
     let measurement_seconds = memory.pod_start_seconds.unwrap_or(0.0).max(0.0)

@@ -50,6 +50,7 @@ fn settings() -> PlanSettings {
         horizon: 900.0,
         down_delay: 180.0,
         economy_dwell: 3600.0,
+        rate_window: 60.0,
     }
 }
 
@@ -420,6 +421,38 @@ fn a_scale_down_keeps_a_way_back_to_the_recent_load() {
     };
     let p = plan(&stalled, &long);
     assert!(p.replicas < 3, "{p:?}");
+}
+
+#[test]
+fn a_level_that_came_as_a_slow_climb_is_expected_back_as_one() {
+    // 2000/s for 15 minutes, now 1000/s again, on a 2-minute deadline where going to 4 and
+    // back to 8 takes two 10 s rebalances, two 30 s polls and a 30 s pod start. Should that
+    // level return at once, 4 replicas (1000/s) let the age reach 63 s before 8 work: 6
+    // (1333/s) are kept. Where it came as a 10-minute climb, a return that fast was never
+    // seen: read as it climbs, the age stays near 30 s, and 4 suffice.
+    let short = PlanSettings {
+        age_limit: 60.0,
+        critical_age: 96.0,
+        deadline: 120.0,
+        drain_limit: 60.0,
+        poll: 30.0,
+        pod_start: 30.0,
+        ..settings()
+    };
+    let plan_after = |rates: &[f64]| {
+        let replay = recent(rates);
+        let mut after = inputs(&replay, 0.0, 0.0, 1000.0, 8);
+        after.current_run_seconds = 120.0;
+        after.down_waits = &[0.0; 17];
+        plan(&after, &short)
+    };
+    let climb: Vec<f64> = (1..=20).map(|i| 1000.0 + 50.0 * f64::from(i)).collect();
+    let came_slowly = [vec![1000.0; 20], climb, vec![2000.0; 30], vec![1000.0; 4]].concat();
+    let p = plan_after(&came_slowly);
+    assert_eq!(p.replicas, 4, "{p:?}");
+    let jumped = [vec![1000.0; 20], vec![2000.0; 50], vec![1000.0; 4]].concat();
+    let p = plan_after(&jumped);
+    assert_eq!(p.replicas, 6, "{p:?}");
 }
 
 #[test]
@@ -796,6 +829,7 @@ fn recurring_peaks(peak_lasted: i64, now: i64) -> (Replay, PlanSettings) {
         horizon: 1352.0,
         down_delay: 300.0,
         economy_dwell: 0.0,
+        rate_window: 60.0,
     };
     (replay_of(&steps, now), slow_reaction)
 }
