@@ -708,6 +708,10 @@ pub struct Observed {
     /// sample to several polls, and the next sample's change spans the time since then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog_since: Option<MicroTime>,
+    /// How long the backlog value before this one was seen unchanged, in seconds: a value
+    /// that stands longer is a level (an empty queue), and its change spans at most this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_backlog_stood_seconds: Option<f64>,
 }
 
 /// The last change the operator made to the target's replicas.

@@ -72,6 +72,11 @@ pub struct PreviousObservation {
     /// sample to several polls, and the next sample's change spans the time between the
     /// samples, not the one poll that sees it.
     pub value_since: Timestamp,
+    /// How long the value before this one was seen unchanged (seconds; `None` until a change
+    /// was seen). A value that stands longer than the one before it is a level the gauge
+    /// holds (an empty queue is one), not a sample a slow scrape repeats: its change came
+    /// within about that time, not the whole time it stood.
+    pub previous_stood: Option<f64>,
 }
 
 impl PreviousObservation {
@@ -82,15 +87,19 @@ impl PreviousObservation {
         produce_rate: Option<f64>,
         now: Timestamp,
     ) -> Self {
-        let value_since = match previous {
-            Some(p) if p.backlog == backlog && p.value_since <= now => p.value_since,
-            _ => now,
+        let (value_since, previous_stood) = match previous {
+            Some(p) if p.backlog == backlog && p.value_since <= now => {
+                (p.value_since, p.previous_stood)
+            }
+            Some(p) if p.value_since <= now => (now, Some(seconds_between(p.value_since, now))),
+            _ => (now, None),
         };
         Self {
             at: now,
             backlog,
             produce_rate,
             value_since,
+            previous_stood,
         }
     }
 }

@@ -41,6 +41,7 @@ impl Written {
         if let Some(observed) = without_time.observed.as_mut() {
             observed.at = None;
             observed.backlog_since = None;
+            observed.previous_backlog_stood_seconds = None;
         }
         Written {
             content: fingerprint(&without_time),
@@ -92,6 +93,7 @@ fn headline(status: &BacklogBudgetStatus) -> BacklogBudgetStatus {
         observed.oldest_unfinished_age_text = None;
         observed.at = None;
         observed.backlog_since = None;
+        observed.previous_backlog_stood_seconds = None;
     }
     status.drain_time_seconds = None;
     status.drain_time = None;

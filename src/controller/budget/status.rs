@@ -42,6 +42,9 @@ pub fn memory_of(status: &BacklogBudgetStatus) -> ScalingMemory {
                 .backlog_since
                 .as_ref()
                 .map_or(at, |since| since.0.min(at)),
+            previous_stood: observed
+                .previous_backlog_stood_seconds
+                .filter(|stood| stood.is_finite() && *stood >= 0.0),
         })
     });
     ScalingMemory {
@@ -151,6 +154,11 @@ pub fn after_decision(
             replicas: Some(to_i32(used.replicas)),
             at: Some(MicroTime(now)),
             backlog_since: decision.memory.previous.map(|p| MicroTime(p.value_since)),
+            previous_backlog_stood_seconds: decision
+                .memory
+                .previous
+                .and_then(|p| p.previous_stood)
+                .map(|stood| (stood * 1000.0).round() / 1000.0),
         }),
         drain_time_seconds: decision
             .drain_time_seconds
@@ -297,6 +305,13 @@ mod tests {
         let memory = memory_of(&status);
         assert_eq!(memory.previous, again.memory.previous);
         assert_eq!(memory.previous.map(|p| p.value_since), Some(at(0)));
+        // A new sample: how long the one before it stood survives too, so a level (an
+        // empty queue) is told from a slow scrape after a restart.
+        let changed = decide(&config(), &inputs(500.0, 100.0, 6), &memory, at(30));
+        let status = after_decision(&status, &changed, Some(1), at(30));
+        let memory = memory_of(&status);
+        assert_eq!(memory.previous, changed.memory.previous);
+        assert_eq!(memory.previous.and_then(|p| p.previous_stood), Some(30.0));
     }
 
     #[test]

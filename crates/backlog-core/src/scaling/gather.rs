@@ -454,15 +454,23 @@ pub(super) fn arrivals_seen_rising(
 }
 
 /// The time the backlog's change since `previous` spans: from when its value was first seen,
-/// and at least a poll. A reconcile a watch event brings early sees the next scrape's sample
-/// a fraction of a poll after the last, though the samples are a scrape apart: over that
-/// fraction the change would read several times too fast.
+/// but no longer than the value before it stood, and at least a poll. A reconcile a watch
+/// event brings early sees the next scrape's sample a fraction of a poll after the last,
+/// though the samples are a scrape apart: over that fraction the change would read several
+/// times too fast. A value that stood longer than the one before it was a level (an empty
+/// queue holds 0 at every scrape): a step that ends it came within a sample interval, and
+/// spread over the whole level it read as a fraction of itself, so the first poll after a
+/// step from an empty queue missed it.
 pub(super) fn sample_span(
     previous: &PreviousObservation,
     now: Timestamp,
     poll_seconds: f64,
 ) -> f64 {
-    seconds_between(previous.value_since, now).max(poll_seconds)
+    let stood = seconds_between(previous.value_since, now);
+    previous
+        .previous_stood
+        .map_or(stood, |before| stood.min(before))
+        .max(poll_seconds)
 }
 
 fn missing_push(missing: &mut Vec<MissingInput>, field: &str, reason: &str) {

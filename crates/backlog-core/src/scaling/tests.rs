@@ -978,6 +978,7 @@ fn arrivals_seen_rising_counts_no_more_completions_than_the_ready_replicas_make(
         backlog: 0.0,
         produce_rate: Some(1000.0),
         value_since: at(0),
+        previous_stood: None,
     };
     // Right after a scale-down the completion window still shows 3000/s, but the 2 ready
     // replicas complete at most 800/s: 10 s of 1500/s growth is 2300/s arriving, not 4500.
@@ -1093,6 +1094,7 @@ fn a_prior_far_above_the_truth_is_refuted_by_the_backlog_rise_once_the_pods_work
             backlog: 100_000.0,
             produce_rate: Some(1648.0),
             value_since: at(seen_at),
+            previous_stood: None,
         }),
         ..ScalingMemory::default()
     };
@@ -1126,6 +1128,7 @@ fn right_after_a_change_the_rise_alone_is_read_where_a_reaction_takes_the_room()
             backlog: 10_800.0,
             produce_rate: Some(6249.0),
             value_since: at(0),
+            previous_stood: None,
         }),
         ..ScalingMemory::default()
     };
@@ -1156,6 +1159,7 @@ fn a_sample_seen_soon_after_the_last_spans_at_least_a_poll() {
         backlog: 10_000.0,
         produce_rate: Some(1000.0),
         value_since: at(0),
+        previous_stood: None,
     };
     assert_eq!(sample_span(&previous, at(2), 15.0), 15.0);
     assert_eq!(sample_span(&previous, at(40), 15.0), 40.0);
@@ -1169,6 +1173,63 @@ fn a_sample_seen_soon_after_the_last_spans_at_least_a_poll() {
         at(2),
     );
     assert_eq!(seen, Some(2000.0));
+}
+
+/// The observation after `samples` (second, backlog) seen one after another, λ 1000/s.
+fn observed(samples: &[(i64, f64)]) -> Option<PreviousObservation> {
+    samples.iter().fold(None, |previous, &(second, backlog)| {
+        Some(PreviousObservation::next(
+            previous.as_ref(),
+            backlog,
+            Some(1000.0),
+            at(second),
+        ))
+    })
+}
+
+#[test]
+fn a_step_from_an_empty_queue_is_read_at_the_first_poll() {
+    // A queue that drained at 30 s held 0 at every 15 s scrape for ten minutes. The 25k
+    // seen at 630 s came within one scrape: spread over the ten minutes it read as 40/s
+    // more than completes, and the first poll after the step missed it.
+    let mut samples = vec![(0, 3000.0), (15, 1500.0)];
+    samples.extend((2..=41).map(|i| (15 * i, 0.0)));
+    let previous = observed(&samples);
+    assert_eq!(previous.map(|p| p.value_since), Some(at(30)));
+    assert_eq!(previous.and_then(|p| p.previous_stood), Some(15.0));
+    let Some(previous) = previous else {
+        return;
+    };
+    assert_eq!(sample_span(&previous, at(630), 15.0), 15.0);
+    let seen = arrivals_seen_rising(
+        Some(previous),
+        25_000.0,
+        1200.0,
+        Some(650.0),
+        Some(700.0),
+        15.0,
+        at(630),
+    );
+    let Some(seen) = seen else {
+        panic!("the step was not read");
+    };
+    assert!((seen - (650.0 + 25_000.0 / 15.0)).abs() < 1e-6, "{seen}");
+}
+
+#[test]
+fn a_scrape_slower_than_the_poll_still_spans_its_interval() {
+    // A 60 s scrape seen by 15 s polls: each value stands four polls, and the change after
+    // it spans the 60 s between the samples, not the last poll.
+    let samples: Vec<(i64, f64)> = (0..12)
+        .map(|i| (15 * i, 1000.0 * (1 + i / 4) as f64))
+        .collect();
+    let Some(previous) = observed(&samples) else {
+        return;
+    };
+    assert_eq!(previous.previous_stood, Some(60.0));
+    assert_eq!(sample_span(&previous, at(180), 15.0), 60.0);
+    // Seen early, by a reconcile a watch event brings, it still spans at least a poll.
+    assert_eq!(sample_span(&previous, at(122), 15.0), 15.0);
 }
 
 #[test]
@@ -1215,6 +1276,7 @@ fn a_drain_after_a_scale_up_raises_a_bound_never_measured_saturated() {
         backlog: 100_000.0,
         produce_rate: Some(2600.0),
         value_since: at(190),
+        previous_stood: None,
     };
     // λ has been about 2600/s since long before the previous poll.
     let steady = vec![DemandSample {
