@@ -580,10 +580,11 @@ impl Planner<'_, '_> {
                     .peak()
                     .max(lambda)
                     .min(self.capacity(cap));
+                // From today's λ where it is above the count already.
                 let rise = self.rise_seconds(level, peak);
                 let arrivals = |t: f64| {
                     if t < rise {
-                        level + (peak - level) * t / rise
+                        (level + (peak - level) * t / rise).max(lambda)
                     } else {
                         peak
                     }

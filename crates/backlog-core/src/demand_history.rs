@@ -369,8 +369,7 @@ mod tests {
                 .collect();
             Replay::new(&history, at(now), now as f64, 15.0)
         };
-        // A climb from 1000 (ending at 60 s) to 2000 (from 240 s): 180 s; a jump back later
-        // from 1000 to 2000 takes none, and is the fastest.
+        // A climb from 1000 (ending at 60 s) to 2000 (from 240 s): 180 s.
         let climbed = replay_of(
             &[
                 (0, 1000.0),
@@ -384,6 +383,7 @@ mod tests {
         assert_eq!(climbed.fastest_rise(1000.0, 2000.0), Some(180.0));
         // Thresholds between steps: from at or below 1300, to at or above 1900.
         assert_eq!(climbed.fastest_rise(1300.0, 1900.0), Some(60.0));
+        // A climb, then a jump from 1000 to 2000: the jump is the fastest.
         let jumped_later = replay_of(
             &[
                 (0, 1000.0),
