@@ -123,6 +123,26 @@ fn breached_deadline_asks_for_the_cap() {
 }
 
 #[test]
+fn a_cap_that_misses_only_the_drain_limit_says_so() {
+    // 900k waiting at 1000/s: the 12 replicas of the cap complete 3000/s and keep the age
+    // near a minute, but need 450 s for the queue against a 300 s targetDrainTime.
+    let d = decide(
+        &config(),
+        &inputs(900_000.0, 1000.0, 60.0, 12),
+        &ScalingMemory::default(),
+        at(0),
+    );
+    assert_eq!(d.desired, 12);
+    assert!(
+        d.explanation.contains("targetDrainTime 5m")
+            && d.explanation.contains("only after")
+            && !d.explanation.contains("let the oldest age reach"),
+        "{}",
+        d.explanation
+    );
+}
+
+#[test]
 fn undrainable_when_the_cap_cannot_outpace_arrivals() {
     let mut c = config();
     c.partitions = PartitionSource::Fixed(6);

@@ -149,6 +149,19 @@ pub(super) fn explain(
                 " → trying {n} to learn what the consumers complete: {why}, and even at it the partition count, asked for once the try could be measured, keeps the oldest age below {limit} (predicted peak {peak})"
             )
         }
+        // The cap may keep the age but not complete the queue within targetDrainTime: say
+        // which limit it misses, or the message contradicts itself ("reach 3m of 5m").
+        PlanReason::CapFallsShort if planned.outlook.peak_age <= settings.age_limit => format!(
+            " → need more than {cap}: even {cap} complete the events waiting now {} (targetDrainTime {}), though they keep the oldest age below {limit} (predicted peak {peak})",
+            planned
+                .outlook
+                .drained_at
+                .map_or_else(|| "only beyond the plan's horizon".to_owned(), |t| format!(
+                    "only after {}",
+                    seconds(t)
+                )),
+            seconds(settings.drain_limit)
+        ),
         PlanReason::CapFallsShort => format!(
             " → need more than {cap}: even {cap} let the oldest age reach {peak} (limit {limit})"
         ),
