@@ -37,6 +37,13 @@ pub fn seconds(value: f64) -> String {
     }
 }
 
+/// "the busiest owning b of the P partitions", where `replicas` consumers do not divide the
+/// partitions evenly and the busiest one limits the group; `None` where they do.
+pub fn busiest_owning(replicas: u32, partitions: u32) -> Option<String> {
+    crate::drain::uneven_busiest_share(replicas, partitions)
+        .map(|busiest| format!("the busiest owning {busiest} of the {partitions} partitions"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,11 +67,4 @@ mod tests {
         assert_eq!(seconds(7500.0), "2h5m");
         assert_eq!(seconds(f64::NAN), "-");
     }
-}
-
-/// "the busiest owning b of the P partitions", where `replicas` consumers do not divide the
-/// partitions evenly and the busiest one limits the group; `None` where they do.
-pub fn busiest_owning(replicas: u32, partitions: u32) -> Option<String> {
-    crate::drain::uneven_busiest_share(replicas, partitions)
-        .map(|busiest| format!("the busiest owning {busiest} of the {partitions} partitions"))
 }
