@@ -304,12 +304,24 @@ impl Replay {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + seconds).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    /// The demand history of `steps` (second, rate), replayed from `now` seconds over all of it.
+    pub(crate) fn replay_of(steps: &[(i64, f64)], now: i64) -> Replay {
+        let history: Vec<DemandSample> = steps
+            .iter()
+            .map(|&(second, rate)| DemandSample {
+                at: at(second),
+                rate,
+            })
+            .collect();
+        Replay::new(&history, at(now), now as f64, 15.0)
     }
 
     #[test]
@@ -359,16 +371,6 @@ mod tests {
 
     #[test]
     fn the_fastest_rise_is_the_shortest_climb_from_low_to_high() {
-        let replay_of = |steps: &[(i64, f64)], now: i64| {
-            let history: Vec<DemandSample> = steps
-                .iter()
-                .map(|&(second, rate)| DemandSample {
-                    at: at(second),
-                    rate,
-                })
-                .collect();
-            Replay::new(&history, at(now), now as f64, 15.0)
-        };
         // A climb from 1000 (ending at 60 s) to 2000 (from 240 s): 180 s.
         let climbed = replay_of(
             &[

@@ -1,11 +1,7 @@
 use super::*;
-use crate::demand_history::{DemandSample, Replay};
-use jiff::Timestamp;
+use crate::demand_history::Replay;
+use crate::demand_history::tests::replay_of;
 use proptest::prelude::*;
-
-fn at(seconds: i64) -> Timestamp {
-    Timestamp::from_second(1_700_000_000 + seconds).unwrap_or(Timestamp::UNIX_EPOCH)
-}
 
 /// A history of `rates`, one per 30 s bucket, ending now (t = 30 × len).
 fn recent(rates: &[f64]) -> Replay {
@@ -22,18 +18,6 @@ fn alternating(first: f64, second: f64, buckets: usize) -> Vec<f64> {
     (0..3)
         .flat_map(|_| [vec![first; buckets], vec![second; buckets]].concat())
         .collect()
-}
-
-/// The demand history of `steps` (second, rate), replayed from `now` seconds over all of it.
-fn replay_of(steps: &[(i64, f64)], now: i64) -> Replay {
-    let history: Vec<DemandSample> = steps
-        .iter()
-        .map(|&(second, rate)| DemandSample {
-            at: at(second),
-            rate,
-        })
-        .collect();
-    Replay::new(&history, at(now), now as f64, 15.0)
 }
 
 /// A 10-minute deadline with the default warning fraction (limit 5 minutes), 15 s polls,
@@ -431,13 +415,10 @@ fn a_level_that_came_as_a_slow_climb_is_expected_back_as_one() {
     // (1333/s) are kept. Where it came as a 10-minute climb, a return that fast was never
     // seen: read as it climbs, the age stays near 30 s, and 4 suffice.
     let short = PlanSettings {
-        age_limit: 60.0,
-        critical_age: 96.0,
-        deadline: 120.0,
-        drain_limit: 60.0,
         poll: 30.0,
-        pod_start: 30.0,
-        ..settings()
+        rebalance: 10.0,
+        horizon: 900.0,
+        ..tight_settings()
     };
     let plan_after = |rates: &[f64]| {
         let replay = recent(rates);
