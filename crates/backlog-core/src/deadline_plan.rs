@@ -128,6 +128,17 @@ pub struct PlanSettings {
 }
 
 impl PlanSettings {
+    /// When what waits now must be complete: the drain limit, but no sooner than a poll after
+    /// a scale-up asked for now works (its pods start, the group rebalances). A limit that
+    /// ends before then is met by no count, and every backlog that needed more replicas went
+    /// to the cap. The same for every count: measured from each count's own start, a count
+    /// asked for later would be granted more time than one whose pods are already starting,
+    /// and every poll would ask for more.
+    pub fn drain_by(&self) -> f64 {
+        self.drain_limit
+            .max(self.pod_start + self.rebalance + self.poll)
+    }
+
     /// How long economy must keep the margin at today's λ to be entered: the horizon, and
     /// at least half the dwell.
     pub fn economy_stay(&self) -> f64 {
@@ -671,7 +682,7 @@ impl Planner<'_, '_> {
         }
         let lambda = self.inputs.produce_rate;
         let poll = self.settings.poll;
-        let within = self.drain_by() + reaction;
+        let within = self.settings.drain_by() + reaction;
         let outlook = self.predict(now, then, &|_| lambda, within);
         outlook.end_backlog <= lambda * poll
             || outlook.end_age + reaction <= self.settings.critical_age
@@ -873,21 +884,8 @@ impl Planner<'_, '_> {
         horizon: f64,
     ) -> bool {
         let outlook = self.predict(now, then, arrivals, horizon);
-        let drain_by = self.drain_by();
+        let drain_by = self.settings.drain_by();
         outlook.peak_age <= age_limit && outlook.drained_at.is_some_and(|t| t <= drain_by)
-    }
-
-    /// When what waits now must be complete: the drain limit, but no sooner than a poll after
-    /// a scale-up asked for now works (its pods start, the group rebalances). A limit that
-    /// ends before then is met by no count, and every backlog that needed more replicas went
-    /// to the cap. The same for every count: measured from each count's own start, a count
-    /// asked for later would be granted more time than one whose pods are already starting,
-    /// and every poll would ask for more.
-    fn drain_by(&self) -> f64 {
-        let settings = self.settings;
-        settings
-            .drain_limit
-            .max(settings.pod_start + settings.rebalance + settings.poll)
     }
 
     /// `now` until the next decision, then `then`. The next decision may act on data a poll
@@ -934,7 +932,8 @@ impl Planner<'_, '_> {
     /// few minutes.
     fn prediction_steps(&self, horizon: f64) -> Steps {
         let coarse = (horizon / 150.0).max(1.0);
-        let fine_until = self.drain_by() + self.reaction_seconds() + 2.0 * self.settings.poll;
+        let fine_until =
+            self.settings.drain_by() + self.reaction_seconds() + 2.0 * self.settings.poll;
         Steps {
             fine: coarse
                 .min(self.settings.poll)

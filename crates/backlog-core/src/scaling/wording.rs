@@ -151,7 +151,14 @@ pub(super) fn explain(
         }
         // The cap may keep the age but not complete the queue within targetDrainTime: say
         // which limit it misses, or the message contradicts itself ("reach 3m of 5m").
-        PlanReason::CapFallsShort if planned.outlook.peak_age <= settings.age_limit => format!(
+        PlanReason::CapFallsShort
+            if planned.outlook.peak_age <= settings.age_limit
+                && planned
+                    .outlook
+                    .drained_at
+                    .is_none_or(|t| t > settings.drain_by()) =>
+        {
+            format!(
             " → need more than {cap}: even {cap} complete the events waiting now {} (targetDrainTime {}), though they keep the oldest age below {limit} (predicted peak {peak})",
             planned
                 .outlook
@@ -161,7 +168,8 @@ pub(super) fn explain(
                     seconds(t)
                 )),
             seconds(settings.drain_limit)
-        ),
+        )
+        }
         PlanReason::CapFallsShort => format!(
             " → need more than {cap}: even {cap} let the oldest age reach {peak} (limit {limit})"
         ),
