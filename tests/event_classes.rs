@@ -30,7 +30,7 @@ fn main() -> ExitCode {
             the_mode_overrides_the_breaker_in_both_directions,
             no_state_changes_while_prometheus_is_down_or_the_series_are_stale,
             the_document_validates_and_its_revision_grows_only_on_change,
-            deadline_conflict_appears_and_clears,
+            policy_conditions_appear_and_clear,
             explain_prints_the_known_policy,
         ],
         true,
@@ -857,7 +857,7 @@ fn the_document_validates_and_its_revision_grows_only_on_change(env: &TestEnv) {
     });
 }
 
-fn deadline_conflict_appears_and_clears(env: &TestEnv) {
+fn policy_conditions_appear_and_clear(env: &TestEnv) {
     let fixture = Fixture::start(env, "classes-deadline", &[]);
     env.block_on(async {
         let policies = Api::<RetryPolicy>::namespaced(env.admin(), &fixture.namespace);
@@ -913,6 +913,41 @@ fn deadline_conflict_appears_and_clears(env: &TestEnv) {
         })
         .await;
         assert!(reasons.iter().any(|r| r == "Valid"), "{reasons:?}");
+
+        // A later rule lists a code the first already classes otherwise: the policy stays
+        // usable (the first match wins) and says which listing never takes effect.
+        policies
+            .patch(
+                "standard",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"classification": [
+                    {"errorCodes": ["HTTP_503"], "class": "Transient"},
+                    {"errorCodes": ["HTTP_400", "HTTP_503"], "class": "Business"}
+                ]}})),
+            )
+            .await
+            .expect("list a code under two classes");
+        let ready = wait_until(SOON, "Ready says CodeInTwoClasses", || async {
+            let status = policies.get("standard").await.ok()?.status?;
+            let ready = conditions::find(&status.conditions, "Ready")?.clone();
+            (ready.reason == "CodeInTwoClasses").then_some(ready)
+        })
+        .await;
+        assert_eq!(ready.status, "True");
+        assert!(
+            ready.message.contains("spec.classification[1] lists HTTP_503 as Business, but spec.classification[0] already classes it Transient"),
+            "{}",
+            ready.message
+        );
+        wait_until(SOON, "a CodeInTwoClasses Event", || async {
+            fixture
+                .event_reasons("standard")
+                .await
+                .iter()
+                .any(|(reason, _)| reason == "CodeInTwoClasses")
+                .then_some(())
+        })
+        .await;
 
         // The budget leaves: the policy is used by nobody.
         Api::<BacklogBudget>::namespaced(env.admin(), &fixture.namespace)

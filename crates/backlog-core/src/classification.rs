@@ -37,6 +37,48 @@ pub fn classify(
         .map_or(default_class, |rule| rule.class)
 }
 
+/// A code that a later rule lists under another class than the first rule listing it: the
+/// first match wins, so that listing never takes effect. Almost always a mistake worth
+/// telling the policy's owner (a code moved between classes, left behind in its old rule).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IgnoredListing {
+    pub code: String,
+    /// Index in `classification` of the rule whose listing is ignored, and its class.
+    pub rule: usize,
+    pub class: FailureClass,
+    /// Index of the first rule listing the code, and the class the code gets.
+    pub first_rule: usize,
+    pub first_class: FailureClass,
+}
+
+/// Every listing of a code under a class other than the one [`classify`] gives it, in rule
+/// order. A code listed again under the same class is redundant, not ignored.
+pub fn ignored_listings(rules: &[ClassificationRule]) -> Vec<IgnoredListing> {
+    let mut first: std::collections::HashMap<&str, (usize, FailureClass)> =
+        std::collections::HashMap::new();
+    let mut ignored = Vec::new();
+    for (index, rule) in rules.iter().enumerate() {
+        for code in &rule.error_codes {
+            match first.get(code.as_str()) {
+                Some(&(first_rule, first_class)) if first_class != rule.class => {
+                    ignored.push(IgnoredListing {
+                        code: code.clone(),
+                        rule: index,
+                        class: rule.class,
+                        first_rule,
+                        first_class,
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    first.insert(code, (index, rule.class));
+                }
+            }
+        }
+    }
+    ignored
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,7 +131,44 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_code_listed_again_under_another_class_is_ignored_there() {
+        let rules = [
+            rule(&["HTTP_503", "HTTP_429"], FailureClass::Transient),
+            rule(&["HTTP_403"], FailureClass::Persistent),
+            rule(
+                &["HTTP_503", "HTTP_403", "HTTP_429"],
+                FailureClass::Persistent,
+            ),
+        ];
+        let ignored = ignored_listings(&rules);
+        let codes: Vec<(&str, usize, usize)> = ignored
+            .iter()
+            .map(|i| (i.code.as_str(), i.rule, i.first_rule))
+            .collect();
+        // HTTP_403 is listed twice under Persistent: redundant, not ignored.
+        assert_eq!(codes, [("HTTP_503", 2, 0), ("HTTP_429", 2, 0)]);
+        assert_eq!(ignored[0].first_class, FailureClass::Transient);
+        assert_eq!(ignored[0].class, FailureClass::Persistent);
+    }
+
     proptest! {
+        #[test]
+        fn an_ignored_listing_is_exactly_one_classify_overrules(rules in any_rules(), default in any_class()) {
+            let ignored = ignored_listings(&rules);
+            for listing in &ignored {
+                prop_assert_eq!(classify(&rules, default, &listing.code), listing.first_class);
+                prop_assert_ne!(listing.class, listing.first_class);
+            }
+            // Every listing not reported classifies as written.
+            for (index, rule) in rules.iter().enumerate() {
+                for code in &rule.error_codes {
+                    let reported = ignored.iter().any(|i| i.rule == index && &i.code == code);
+                    prop_assert_eq!(!reported, classify(&rules, default, code) == rule.class);
+                }
+            }
+        }
+
         #[test]
         fn first_listing_rule_wins(rules in any_rules(), default in any_class(), code in "[A-E]{1,2}") {
             let expected = rules

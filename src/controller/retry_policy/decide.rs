@@ -8,7 +8,9 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::retry_policy::{RetryPolicySpec, RetryPolicyStatus};
 use crate::controller::plan::{OnFailure, PlannedEvent, Step};
 
-use super::status::{BudgetUse, DEADLINE_CONFLICT, READY, next_status, transitions};
+use super::status::{
+    BudgetUse, CODE_IN_TWO_CLASSES, DEADLINE_CONFLICT, READY, next_status, transitions,
+};
 
 /// Budgets and policies are watched, so this is only a safety net.
 pub const RESYNC: Duration = Duration::from_secs(600);
@@ -51,7 +53,7 @@ pub fn decide(
     if next != *previous {
         steps.push(PolicyStep::WriteStatus(Box::new(next.clone())));
         for (type_, status, reason, message) in transitions(previous, &next) {
-            let warning = (type_ == READY && status != "True")
+            let warning = (type_ == READY && (status != "True" || reason == CODE_IN_TWO_CLASSES))
                 || (type_ == DEADLINE_CONFLICT && status == "True");
             steps.push(PolicyStep::Publish(PlannedEvent::new(
                 warning,
@@ -116,6 +118,32 @@ mod tests {
         assert_eq!(
             events,
             [("DeadlineShorterThanRetries", true), ("Valid", false)]
+        );
+    }
+
+    #[test]
+    fn a_code_in_two_classes_is_announced_as_a_warning() {
+        let mut two_classes = spec(5);
+        two_classes.classification = serde_json::from_value(serde_json::json!([
+            {"errorCodes": ["HTTP_503"], "class": "Transient"},
+            {"errorCodes": ["HTTP_503"], "class": "Business"}
+        ]))
+        .unwrap();
+        let plan = decide(
+            &two_classes,
+            &[],
+            &RetryPolicyStatus::default(),
+            Some(1),
+            at(0),
+        );
+        let ready = plan.steps.iter().find_map(|step| match step {
+            PolicyStep::Publish(event) if event.reason == CODE_IN_TWO_CLASSES => Some(event),
+            _ => None,
+        });
+        assert!(
+            ready.is_some_and(|event| event.type_ == kube::runtime::events::EventType::Warning),
+            "{:?}",
+            plan.steps
         );
     }
 

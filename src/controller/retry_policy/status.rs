@@ -7,8 +7,14 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::conditions::{ConditionSpec, Truth, merge_conditions};
 use crate::api::retry_policy::{RetryPolicySpec, RetryPolicyStatus};
 use crate::consumer::{EffectivePolicy, format_go_duration, parse_go_duration};
+use crate::core::classification::{IgnoredListing, ignored_listings};
+use crate::core::retry_policy::RetryPolicyDefinition;
 
 pub const READY: &str = "Ready";
+/// Ready's reason for a usable policy.
+const VALID: &str = "Valid";
+/// Ready's reason for a usable policy in which a code is listed under two classes.
+pub const CODE_IN_TWO_CLASSES: &str = "CodeInTwoClasses";
 pub const DEADLINE_CONFLICT: &str = "DeadlineConflict";
 
 /// A BacklogBudget that references the policy.
@@ -31,7 +37,8 @@ pub fn next_status(
     let mut used_by: Vec<String> = users.iter().map(|u| u.name.clone()).collect();
     used_by.sort();
     used_by.dedup();
-    let policy = match EffectivePolicy::from_spec(&spec.into()) {
+    let definition: RetryPolicyDefinition = spec.into();
+    let policy = match EffectivePolicy::from_spec(&definition) {
         Ok(policy) => policy,
         Err(problem) => {
             let conditions = [
@@ -64,16 +71,22 @@ pub fn next_status(
     let schedule = policy.schedule();
     let worst = schedule.worst_case_retry_delay;
     let worst_text = format_go_duration(worst);
-    let ready = ConditionSpec::new(
-        READY,
-        Truth::True,
-        "Valid",
-        format!(
-            "policyHash {}: up to {} executions per event, at most {worst_text} waiting between them",
-            policy.policy_hash(),
-            policy.max_attempts()
-        ),
+    let summary = format!(
+        "policyHash {}: up to {} executions per event, at most {worst_text} waiting between them",
+        policy.policy_hash(),
+        policy.max_attempts()
     );
+    let ignored = ignored_listings(&definition.classification);
+    let ready = if ignored.is_empty() {
+        ConditionSpec::new(READY, Truth::True, VALID, summary)
+    } else {
+        ConditionSpec::new(
+            READY,
+            Truth::True,
+            CODE_IN_TWO_CLASSES,
+            format!("{summary}; {}", ignored_wording(&ignored)),
+        )
+    };
     let conflicts: Vec<String> = users
         .iter()
         .filter_map(|user| {
@@ -121,8 +134,36 @@ pub fn next_status(
     }
 }
 
-/// A condition whose status changed (or appeared), for an Event: (type, new status, reason,
-/// message).
+/// What the ignored listings mean and how to mend them. The rules hold at most 64 × 256
+/// codes, so only the first few are named: the message stays readable in `kubectl describe`.
+fn ignored_wording(ignored: &[IgnoredListing]) -> String {
+    const NAMED: usize = 3;
+    let named: Vec<String> = ignored
+        .iter()
+        .take(NAMED)
+        .map(|listing| {
+            format!(
+                "spec.classification[{}] lists {} as {}, but spec.classification[{}] already classes it {}",
+                listing.rule,
+                listing.code,
+                listing.class.as_str(),
+                listing.first_rule,
+                listing.first_class.as_str()
+            )
+        })
+        .collect();
+    let more = match ignored.len().saturating_sub(NAMED) {
+        0 => String::new(),
+        rest => format!(" (and {rest} more)"),
+    };
+    format!(
+        "{}{more}: the first matching rule wins, so those listings never take effect; remove each code from the rule whose class it should not get",
+        named.join("; ")
+    )
+}
+
+/// A condition whose status or reason changed (or that appeared), for an Event: (type, new
+/// status, reason, message).
 pub fn transitions(
     previous: &RetryPolicyStatus,
     next: &RetryPolicyStatus,
@@ -131,7 +172,7 @@ pub fn transitions(
         .iter()
         .filter(|condition| {
             crate::api::conditions::find(&previous.conditions, &condition.type_)
-                .is_none_or(|old| old.status != condition.status)
+                .is_none_or(|old| old.status != condition.status || old.reason != condition.reason)
         })
         .map(|c| {
             (
@@ -274,6 +315,72 @@ mod tests {
         assert_eq!(
             find(&broken.conditions, DEADLINE_CONFLICT).unwrap().status,
             "Unknown"
+        );
+    }
+
+    #[test]
+    fn a_code_in_two_classes_is_named_with_the_fix_until_mended() {
+        let mut two_classes = spec(5, "10s");
+        two_classes.classification = serde_json::from_value(serde_json::json!([
+            {"errorCodes": ["HTTP_503", "HTTP_429"], "class": "Transient"},
+            {"errorCodes": ["HTTP_403", "HTTP_503"], "class": "Persistent"}
+        ]))
+        .unwrap();
+        let first = next_status(
+            &RetryPolicyStatus::default(),
+            &two_classes,
+            &[],
+            Some(1),
+            at(0),
+        );
+        let ready = find(&first.conditions, READY).unwrap();
+        // Usable as written: the first rule classifies the code, as consumers do.
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", CODE_IN_TWO_CLASSES)
+        );
+        assert!(
+            ready.message.ends_with(
+                "spec.classification[1] lists HTTP_503 as Persistent, but spec.classification[0] already classes it Transient: the first matching rule wins, so those listings never take effect; remove each code from the rule whose class it should not get"
+            ),
+            "{}",
+            ready.message
+        );
+        let mut mended = two_classes.clone();
+        mended.classification[1].error_codes = vec!["HTTP_403".into()];
+        let after = next_status(&first, &mended, &[], Some(2), at(10));
+        let ready = find(&after.conditions, READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", VALID)
+        );
+        // The reason changed while Ready stayed True: that is news too.
+        let events = transitions(&first, &after);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].2, VALID);
+    }
+
+    #[test]
+    fn many_ignored_listings_name_the_first_three() {
+        let mut crowded = spec(5, "10s");
+        let codes: Vec<String> = (0..10).map(|i| format!("E{i}")).collect();
+        crowded.classification = serde_json::from_value(serde_json::json!([
+            {"errorCodes": codes, "class": "Transient"},
+            {"errorCodes": codes, "class": "Business"}
+        ]))
+        .unwrap();
+        let status = next_status(&RetryPolicyStatus::default(), &crowded, &[], None, at(0));
+        let ready = find(&status.conditions, READY).unwrap();
+        assert!(
+            ready.message.contains("lists E2 as Business"),
+            "{}",
+            ready.message
+        );
+        assert!(!ready.message.contains("lists E3"), "{}", ready.message);
+        assert!(
+            ready.message.contains(" (and 7 more): "),
+            "{}",
+            ready.message
         );
     }
 
