@@ -238,6 +238,101 @@ budget:
         );
         prop_assert_eq!(result.summary.breach_seconds, 0.0);
     }
+    /// The same with the consumer's true rate configured and a 5-minute deadline: sizing by
+    /// the configured rate again once the slowdown's measurement is stale would let the age
+    /// grow for longer than the deadline affords, should the consumers still be slow. The
+    /// measurement then stays, as a bound that fewer replicas test when even at the bound
+    /// the try is safe; left standing, it kept the count sized for the slowdown for good.
+    #[test]
+    fn with_a_prior_too_dear_to_size_by_again_the_replicas_return_after_a_slowdown(
+        rate in 100.0..500.0f64,
+        partitions in 8u32..=32,
+        load in 0.15..0.4f64,
+        factor in 0.4..0.75f64,
+    ) {
+        let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
+        // Where the cap at the slowed rate has as much to spare as λ, a try is safe even if
+        // the slowdown is not over; with less, nothing affordable can show that it is.
+        prop_assume!(group_capacity(partitions, partitions, rate * factor) >= 2.0 * lambda);
+        let scenario = model(&format!(
+            r#"
+name: prior-slowdown
+duration: 80m
+partitions: {partitions}
+initialReplicas: 2
+production:
+  - {{from: 0s, rate: {lambda}}}
+consumer:
+  perReplicaRate: {rate}
+  slowdowns:
+    - {{from: 10m, to: 30m, factor: {factor:.2}}}
+budget:
+  minReplicas: 1
+  maxReplicas: {partitions}
+  completionDeadline: 5m
+  capacity: {{perReplicaRate: {rate}, reservedRetryShare: 0}}
+  scaling: {{targetDrainTime: 2m, scaleDownStabilization: 3m, rebalanceCost: 10s}}
+"#
+        ));
+        let result = simulate(&scenario, PolicyKind::Budget);
+        let optimum = keep_up_optimum(lambda, rate, partitions);
+        let highest = highest_from(&result, 70.0 * 60.0);
+        prop_assert!(
+            highest <= optimum + 1,
+            "λ {lambda}/s, {rate}/s per replica (configured) slowed to {factor:.2}, {partitions} partitions: {highest} replicas 40 minutes after the slowdown, the constant optimum is {optimum}"
+        );
+        prop_assert_eq!(result.summary.breach_seconds, 0.0);
+    }
+    /// A configured rate well above the truth under a deadline too short to try it again: once
+    /// measured, the slower rate keeps it out for good. Noisy arrivals let idle consumers
+    /// prove more than the stale measurement now and then; that raises the measurement and
+    /// must not forget it, or the prior sizes the group again and the age passes the deadline
+    /// long after the first measurement.
+    #[test]
+    fn a_prior_refuted_under_a_short_deadline_stays_refuted_under_noisy_load(
+        rate in 200.0..800.0f64,
+        partitions in 16u32..=32,
+        load in 0.4..0.6f64,
+        overstated in 1.6..2.4f64,
+        noise_seed in 0u64..1000,
+        pod_start in 30u32..60,
+    ) {
+        let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
+        let prior = (rate * overstated).round();
+        let scenario = model(&format!(
+            r#"
+name: refuted-prior
+duration: 60m
+partitions: {partitions}
+initialReplicas: {partitions}
+podStartDelay: {pod_start}s
+rebalancePause: 20s
+production:
+  - {{from: 0s, rate: {lambda}}}
+productionNoise: {{share: 0.4, every: 15s, seed: {noise_seed}}}
+consumer:
+  perReplicaRate: {rate}
+budget:
+  minReplicas: 1
+  maxReplicas: {partitions}
+  completionDeadline: 2m
+  capacity: {{perReplicaRate: {prior}, reservedRetryShare: 0}}
+  scaling: {{targetDrainTime: 1m, scaleDownStabilization: 5m, rebalanceCost: 20s}}
+"#
+        ));
+        let result = simulate(&scenario, PolicyKind::Budget);
+        // The first try of the prior may cost the deadline: nothing has measured it yet.
+        let worst_later = result
+            .timeline
+            .iter()
+            .filter(|row| row.t >= 20.0 * 60.0)
+            .map(|row| row.oldest_age)
+            .fold(0.0, f64::max);
+        prop_assert!(
+            worst_later <= 120.0,
+            "λ {lambda}/s, {rate}/s per replica configured as {prior}/s, {partitions} partitions, noise seed {noise_seed}: the oldest event reached {worst_later:.0} s after the prior was refuted (deadline 120 s)"
+        );
+    }
     /// Without capacity.perReplicaRate, a budget that starts with too few replicas for a
     /// partition count they do not divide sees only some consumers fall behind (those
     /// owning one partition more); their average completions understate a replica, and a

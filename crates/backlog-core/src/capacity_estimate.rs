@@ -19,9 +19,10 @@ pub enum CapacitySource {
     Measured,
     /// The completions of consumers never seen saturated: a lower bound only.
     Prior,
-    /// A saturated measurement older than it stands, with no configured rate to try instead:
-    /// a lower bound now. Consumers sized for a slowdown are never saturated once it is over,
-    /// so only fewer replicas can show the recovery; one try is made per stale period.
+    /// A saturated measurement older than it stands, with no configured rate the deadline can
+    /// afford to size by instead: a lower bound now. Consumers sized for a slowdown are never
+    /// saturated once it is over, so only fewer replicas can show the recovery; one try is
+    /// made per stale period.
     Stale,
 }
 
@@ -119,15 +120,34 @@ impl CapacityEstimate {
         matches!(self.source, CapacitySource::Prior | CapacitySource::Stale)
     }
 
-    /// The rate the consumers may have recovered to, when only fewer replicas can show it:
-    /// with no configured rate, a bound (a stale measurement, or what idle consumers show
-    /// since) below the most they were ever seen to complete. Consumers sized for a
-    /// slowdown are never saturated once it is over.
-    pub fn recovery_to_test(&self) -> Option<f64> {
-        self.measured
-            .map(|m| m.most_seen)
-            .filter(|&most| self.is_lower_bound() && self.per_replica_rate < RECOVERY_GAP * most)
+    /// The rate the consumers may have recovered to, when only fewer replicas can show it: a
+    /// bound (a stale measurement, or what idle consumers show since) below the most they
+    /// were ever seen to complete or the `configured` rate. Consumers sized for a slowdown
+    /// are never saturated once it is over.
+    pub fn recovery_to_test(&self, configured: Option<f64>) -> Option<Recovery> {
+        let most_seen = self.measured?.most_seen;
+        let recovery = match configured {
+            Some(rate) if rate > most_seen => Recovery {
+                rate,
+                configured: true,
+            },
+            _ => Recovery {
+                rate: most_seen,
+                configured: false,
+            },
+        };
+        (self.is_lower_bound() && self.per_replica_rate < RECOVERY_GAP * recovery.rate)
+            .then_some(recovery)
     }
+}
+
+/// A per-replica rate the consumers may have recovered to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Recovery {
+    pub rate: f64,
+    /// It is `spec.capacity.perReplicaRate`, above anything the consumers were seen to
+    /// complete; otherwise it is the most they were seen to complete.
+    pub configured: bool,
 }
 
 /// A measurement confirmed again and again stands at most 2^this times the base period.
@@ -194,23 +214,26 @@ fn estimate_now(
     };
     let usable = |m: &MeasuredCapacity| m.per_replica_rate.is_finite() && m.per_replica_rate > 0.0;
     let previous = previous.filter(usable);
-    // A saturated measurement stands until it is stale, and only where a configured prior
-    // above it can take over (the consumer may have recovered unseen; one that slowed
-    // shows it by falling behind and is measured again); a lower bound stands until an
-    // exact measurement replaces it.
-    // Trying the prior again is only worth it where the deadline can afford it being as wrong
-    // as measured: the age grows by the shortfall's share of the time a test takes.
+    // A saturated measurement stands until it is stale, and only where the consumers may
+    // have recovered to more (a configured prior above it, or more seen before): one that
+    // slowed shows it by falling behind and is measured again. A lower bound stands until
+    // an exact measurement replaces it.
+    // Sizing by the prior again is only worth it where the deadline can afford it being as
+    // wrong as measured: the age grows by the shortfall's share of the time a test takes.
     let test_affordable = |m: &MeasuredCapacity, prior: f64| {
         (1.0 - m.per_replica_rate / prior) * evidence.prior_test_seconds
             <= evidence.prior_test_age_room
     };
-    // Without a prior, a stale measurement stays the estimate but only as a lower bound,
-    // which fewer replicas may test: the consumer may have recovered unseen.
+    // Otherwise a stale measurement stays the estimate but only as a lower bound, which
+    // fewer replicas may test (the planner's probe, safe even at the bound).
+    let prior_to_try = |m: &MeasuredCapacity| {
+        configured.filter(|&prior| prior > m.per_replica_rate && test_affordable(m, prior))
+    };
+    let recover_to = configured.unwrap_or(0.0).max(seen_before);
     let standing = |m: &MeasuredCapacity| {
-        configured.map_or(m.per_replica_rate >= RECOVERY_GAP * seen_before, |prior| {
-            prior <= m.per_replica_rate || !test_affordable(m, prior)
-        }) || super::stabilization::seconds_between(m.at, now)
-            < m.stands_for_seconds(evidence.stale_after_seconds)
+        (prior_to_try(m).is_none() && m.per_replica_rate >= RECOVERY_GAP * recover_to)
+            || super::stabilization::seconds_between(m.at, now)
+                < m.stands_for_seconds(evidence.stale_after_seconds)
     };
     let previous_exact = previous.filter(|m| !m.lower_bound && standing(m));
     // A stale measurement is kept while the configured rate is tried again: if the
@@ -315,7 +338,11 @@ fn estimate_now(
         }),
         (None, before) => before,
     };
-    match (configured, bound) {
+    // The configured rate sizes the group until a measurement exists, and again once one is
+    // stale where the deadline affords it; a stale one it cannot afford stays as a bound.
+    let try_prior =
+        configured.filter(|_| previous_stale.is_none_or(|stale| prior_to_try(&stale).is_some()));
+    match (try_prior, bound) {
         (Some(configured), bound) => Some(CapacityEstimate {
             per_replica_rate: configured.max(bound.map_or(0.0, |b| b.per_replica_rate)),
             source: CapacitySource::Configured,
@@ -337,6 +364,17 @@ fn estimate_now(
                     measured: Some(stale),
                 })
             }
+            // Idle consumers proving more than a stale measurement that keeps a too-dear prior
+            // out raise it rather than replace it: replaced by a bound, the measurement would
+            // be forgotten, and the prior it refuted sized the group again at once.
+            (Some(stale), Some(bound)) if configured.is_some() => Some(CapacityEstimate {
+                per_replica_rate: bound.per_replica_rate,
+                source: CapacitySource::Stale,
+                measured: Some(MeasuredCapacity {
+                    per_replica_rate: bound.per_replica_rate,
+                    ..stale
+                }),
+            }),
             (_, Some(bound)) => Some(CapacityEstimate {
                 per_replica_rate: bound.per_replica_rate,
                 source: CapacitySource::Prior,
@@ -479,12 +517,12 @@ mod tests {
             (CapacitySource::Measured, 154.0)
         );
         assert_eq!(slow.measured.map(|m| m.most_seen), Some(233.0));
-        assert_eq!(slow.recovery_to_test(), None);
+        assert_eq!(slow.recovery_to_test(None), None);
         // Sized for the slowdown, the consumers idle once it is over and show only λ.
         let e = evidence(900.0, 8, false);
         let still = estimate(e, slow.measured, at(60 + 1799)).expect("estimate");
         assert_eq!(
-            (still.source, still.recovery_to_test()),
+            (still.source, still.recovery_to_test(None)),
             (CapacitySource::Measured, None)
         );
         let stale = estimate(e, still.measured, at(60 + 1800)).expect("estimate");
@@ -493,7 +531,7 @@ mod tests {
             (CapacitySource::Stale, 154.0)
         );
         assert!(stale.is_lower_bound());
-        assert_eq!(stale.recovery_to_test(), Some(233.0));
+        assert_eq!(stale.recovery_to_test(None).map(|r| r.rate), Some(233.0));
         // Fewer replicas saturated at the slowed rate again: a confirmation, which doubles
         // how long the measurement stands before the next try.
         let again = estimate(evidence(616.0, 4, true), stale.measured, at(60 + 1900));
@@ -511,7 +549,7 @@ mod tests {
             (kept_up.source, kept_up.per_replica_rate),
             (CapacitySource::Prior, 233.0)
         );
-        assert_eq!(kept_up.recovery_to_test(), None);
+        assert_eq!(kept_up.recovery_to_test(None), None);
     }
 
     #[test]
@@ -524,25 +562,67 @@ mod tests {
             (later.source, later.per_replica_rate),
             (CapacitySource::Measured, 250.0)
         );
-        assert_eq!(later.recovery_to_test(), None);
+        assert_eq!(later.recovery_to_test(None), None);
     }
 
     #[test]
-    fn a_prior_the_deadline_cannot_afford_to_test_is_not_tried_again() {
-        // Measured at half the prior. Testing the prior again would let the age grow at half
+    fn a_prior_the_deadline_cannot_afford_to_try_is_left_to_a_probe() {
+        // Measured at half the prior. Sizing by the prior again would let the age grow at half
         // the time a test takes (measuring after the change, then a reaction): 400 s of test
-        // cost 200 s of age, more than the 60 s the deadline leaves, so the measurement stands.
+        // cost 200 s of age, more than the 60 s the deadline leaves. So the measurement stays
+        // the estimate, but stale, as a bound: the consumers may have recovered, and fewer
+        // replicas show it where the planner finds a try the deadline affords even at the
+        // bound. Left standing instead, consumers sized for a slowdown would stay so for good.
         let mut e = evidence(1000.0, 8, true);
         e.configured = Some(250.0);
         e.prior_test_seconds = 400.0;
         e.prior_test_age_room = 60.0;
         let slow = estimate(e, None, at(0)).expect("estimate");
         e.saturated = false;
+        let held = estimate(e, slow.measured, at(1799)).expect("estimate");
+        assert_eq!(held.source, CapacitySource::Measured);
         let later = estimate(e, slow.measured, at(100_000)).expect("estimate");
         assert_eq!(
             (later.source, later.per_replica_rate),
-            (CapacitySource::Measured, 125.0)
+            (CapacitySource::Stale, 125.0)
         );
+        assert_eq!(
+            later.recovery_to_test(Some(250.0)),
+            Some(Recovery {
+                rate: 250.0,
+                configured: true
+            })
+        );
+        // Saturated at the slowed rate again: a confirmation, as without a prior.
+        e.saturated = true;
+        let again = estimate(e, later.measured, at(100_060)).expect("estimate");
+        assert_eq!(
+            (again.source, again.measured.map(|m| m.confirmations)),
+            (CapacitySource::Measured, Some(1))
+        );
+        e.saturated = false;
+        // Idle consumers proving 150/s each raise the stale measurement, and it stays the
+        // bound it was: forgotten, the prior it refuted would size the group again at once.
+        let mut idle = evidence(1200.0, 8, false);
+        idle.configured = e.configured;
+        idle.prior_test_seconds = e.prior_test_seconds;
+        idle.prior_test_age_room = e.prior_test_age_room;
+        let raised = estimate(idle, later.measured, at(100_015)).expect("estimate");
+        let next = estimate(idle, raised.measured, at(100_030)).expect("estimate");
+        for step in [raised, next] {
+            assert_eq!(
+                (step.source, step.per_replica_rate),
+                (CapacitySource::Stale, 150.0)
+            );
+        }
+        // Proving nearly the prior, they make trying it cheap enough: it sizes the group.
+        let near = CapacityEvidence {
+            completion_rate: Some(1800.0),
+            ..idle
+        };
+        let proven = estimate(near, next.measured, at(100_045)).expect("estimate");
+        let after = estimate(near, proven.measured, at(100_060)).expect("estimate");
+        assert_eq!(after.source, CapacitySource::Configured);
         // Where the deadline leaves 300 s, the test costs less and the prior is tried again.
         e.prior_test_age_room = 300.0;
         let stale = estimate(e, slow.measured, at(100_000)).expect("estimate");

@@ -246,11 +246,14 @@ fn plan_for_queue(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
     let rides_out = !holds_if_lambda_lasts && planner.rides_out_peak(current, asked_under);
     let holds = holds_if_lambda_lasts || rides_out;
     // A probe is held until it is measured, unless the deadline needs more: undone earlier
-    // it taught nothing for its two rebalances.
+    // it taught nothing for its two rebalances. It tests something only while, at the bound,
+    // it falls behind λ: once λ is down to what the bound carries, the consumers idle and
+    // the probe can show no more than the bound says already.
     let probing = inputs.capacity_is_lower_bound
         && inputs
             .probed_seconds_ago
-            .is_some_and(|ago| ago < inputs.measurement_seconds);
+            .is_some_and(|ago| ago < inputs.measurement_seconds)
+        && planner.capacity(current) < inputs.produce_rate;
     if holds && probing {
         return planner.outcome(current, PlanReason::Probe);
     }

@@ -470,7 +470,7 @@ fn scale(
                         seconds_between(at, now) >= measurement_stale_seconds(config)
                     })
                 })
-                .map(|rate| config.usable_rate(rate)),
+                .map(|recovery| config.usable_rate(recovery.rate)),
             backlog_rising: values.backlog_rising,
             measurement_seconds,
             probed_seconds_ago: memory.probed_at.map(|at| seconds_between(at, now)),

@@ -10,7 +10,9 @@ use super::timing::{
 };
 use super::{PreviousObservation, ScalingInputs, ScalingMemory, UsedValues};
 use crate::budget_config::{BudgetConfig, PartitionSource};
-use crate::capacity_estimate::{CapacityEvidence, MeasuredCapacity, estimate as estimate_capacity};
+use crate::capacity_estimate::{
+    CapacityEvidence, MeasuredCapacity, Recovery, estimate as estimate_capacity,
+};
 use crate::deadline_plan::KEEPS_UP_SHARE;
 use crate::drain::{estimate_oldest_age, group_capacity};
 use crate::metric_input::{MetricProblem, MissingInput, Observation, single_value};
@@ -31,7 +33,7 @@ pub(super) struct Values {
     pub(super) capacity_measured: Option<MeasuredCapacity>,
     /// The per-replica rate the consumers may have recovered to from a slowdown measured
     /// long ago ([`crate::capacity_estimate::CapacityEstimate::recovery_to_test`]).
-    pub(super) recovery_to_test: Option<f64>,
+    pub(super) recovery_to_test: Option<Recovery>,
     pub(super) busy_since: Option<Timestamp>,
     /// Work waits and the replicas changed too lately for the completion rate to show what
     /// the new count completes: the capacity that chose it is not confirmed yet.
@@ -391,7 +393,8 @@ pub(super) fn gather(
                 partitions,
                 per_replica_rate: rate,
                 capacity_measured: capacity.and_then(|c| c.measured),
-                recovery_to_test: capacity.and_then(|c| c.recovery_to_test()),
+                recovery_to_test: capacity
+                    .and_then(|c| c.recovery_to_test(config.per_replica_rate)),
                 busy_since,
                 awaiting_measurement: busy && changed_lately,
                 backlog_rising,

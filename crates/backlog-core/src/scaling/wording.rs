@@ -5,7 +5,7 @@
 
 use super::{DEADLINE_AT_RISK, HotPartition, PARTITION_SKEW, UsedValues, Values};
 use crate::budget_config::BudgetConfig;
-use crate::capacity_estimate::CapacitySource;
+use crate::capacity_estimate::{CapacitySource, Recovery};
 use crate::condition::{ConditionSpec, Truth};
 use crate::deadline_plan::{Plan, PlanReason, PlanSettings};
 use crate::drain::group_capacity;
@@ -139,9 +139,16 @@ pub(super) fn explain(
         ),
         PlanReason::Probe => {
             let why = match values.recovery_to_test {
-                Some(before) => format!(
+                Some(Recovery {
+                    rate,
+                    configured: true,
+                }) => format!(
+                    "{n} keep up if the consumers complete the {}/s each of spec.capacity.perReplicaRate, and the slower rate measured long ago is only a lower bound while they idle",
+                    si(rate)
+                ),
+                Some(Recovery { rate, .. }) => format!(
                     "{n} keep up if the consumers recovered to the {}/s each they completed before, and the rate measured since is only a lower bound while they idle",
-                    si(before)
+                    si(rate)
                 ),
                 None => "the rate is only a lower bound while they idle".to_owned(),
             };
