@@ -83,6 +83,65 @@ fn changes_after(result: &SimulationResult, after: f64) -> usize {
         .count()
 }
 
+/// A constant λ for 80 minutes over a consumer slowed by `factor` from minute 10 to 30: with
+/// no configured rate, a 10-minute deadline and 5-minute drain limit; with one, 5 and 2.
+fn slowdown(
+    lambda: f64,
+    rate: f64,
+    partitions: u32,
+    factor: f64,
+    configured: Option<f64>,
+) -> Model {
+    let (capacity, deadline, drain) = match configured {
+        Some(prior) => (
+            format!("capacity: {{perReplicaRate: {prior}, reservedRetryShare: 0}}"),
+            "5m",
+            "2m",
+        ),
+        None => ("capacity: {reservedRetryShare: 0}".to_owned(), "10m", "5m"),
+    };
+    model(&format!(
+        r#"
+name: slowdown
+duration: 80m
+partitions: {partitions}
+initialReplicas: 2
+production:
+  - {{from: 0s, rate: {lambda}}}
+consumer:
+  perReplicaRate: {rate}
+  slowdowns:
+    - {{from: 10m, to: 30m, factor: {factor:.2}}}
+budget:
+  minReplicas: 1
+  maxReplicas: {partitions}
+  completionDeadline: {deadline}
+  {capacity}
+  scaling: {{targetDrainTime: {drain}, scaleDownStabilization: 3m, rebalanceCost: 10s}}
+"#
+    ))
+}
+
+/// 40 minutes after the slowdown the replicas are within one of the constant optimum, and
+/// the deadline was kept throughout.
+fn returns_after_slowdown(
+    scenario: &Model,
+    lambda: f64,
+    rate: f64,
+    partitions: u32,
+    factor: f64,
+) -> Result<(), TestCaseError> {
+    let result = simulate(scenario, PolicyKind::Budget);
+    let optimum = keep_up_optimum(lambda, rate, partitions);
+    let highest = highest_from(&result, 70.0 * 60.0);
+    prop_assert!(
+        highest <= optimum + 1,
+        "λ {lambda}/s, {rate}/s per replica slowed to {factor:.2}, {partitions} partitions: {highest} replicas 40 minutes after the slowdown, the constant optimum is {optimum}"
+    );
+    prop_assert_eq!(result.summary.breach_seconds, 0.0);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -209,34 +268,8 @@ budget:
         factor in 0.4..0.75f64,
     ) {
         let lambda = (load * rate * f64::from(partitions)).round().max(1.0);
-        let scenario = model(&format!(
-            r#"
-name: no-prior-slowdown
-duration: 80m
-partitions: {partitions}
-initialReplicas: 2
-production:
-  - {{from: 0s, rate: {lambda}}}
-consumer:
-  perReplicaRate: {rate}
-  slowdowns:
-    - {{from: 10m, to: 30m, factor: {factor:.2}}}
-budget:
-  minReplicas: 1
-  maxReplicas: {partitions}
-  completionDeadline: 10m
-  capacity: {{reservedRetryShare: 0}}
-  scaling: {{targetDrainTime: 5m, scaleDownStabilization: 3m, rebalanceCost: 10s}}
-"#
-        ));
-        let result = simulate(&scenario, PolicyKind::Budget);
-        let optimum = keep_up_optimum(lambda, rate, partitions);
-        let highest = highest_from(&result, 70.0 * 60.0);
-        prop_assert!(
-            highest <= optimum + 1,
-            "λ {lambda}/s, {rate}/s per replica slowed to {factor:.2}, {partitions} partitions: {highest} replicas 40 minutes after the slowdown, the constant optimum is {optimum}"
-        );
-        prop_assert_eq!(result.summary.breach_seconds, 0.0);
+        let scenario = slowdown(lambda, rate, partitions, factor, None);
+        returns_after_slowdown(&scenario, lambda, rate, partitions, factor)?;
     }
     /// The same with the consumer's true rate configured and a 5-minute deadline: sizing by
     /// the configured rate again once the slowdown's measurement is stale would let the age
@@ -254,34 +287,8 @@ budget:
         // Where the cap at the slowed rate has as much to spare as λ, a try is safe even if
         // the slowdown is not over; with less, nothing affordable can show that it is.
         prop_assume!(group_capacity(partitions, partitions, rate * factor) >= 2.0 * lambda);
-        let scenario = model(&format!(
-            r#"
-name: prior-slowdown
-duration: 80m
-partitions: {partitions}
-initialReplicas: 2
-production:
-  - {{from: 0s, rate: {lambda}}}
-consumer:
-  perReplicaRate: {rate}
-  slowdowns:
-    - {{from: 10m, to: 30m, factor: {factor:.2}}}
-budget:
-  minReplicas: 1
-  maxReplicas: {partitions}
-  completionDeadline: 5m
-  capacity: {{perReplicaRate: {rate}, reservedRetryShare: 0}}
-  scaling: {{targetDrainTime: 2m, scaleDownStabilization: 3m, rebalanceCost: 10s}}
-"#
-        ));
-        let result = simulate(&scenario, PolicyKind::Budget);
-        let optimum = keep_up_optimum(lambda, rate, partitions);
-        let highest = highest_from(&result, 70.0 * 60.0);
-        prop_assert!(
-            highest <= optimum + 1,
-            "λ {lambda}/s, {rate}/s per replica (configured) slowed to {factor:.2}, {partitions} partitions: {highest} replicas 40 minutes after the slowdown, the constant optimum is {optimum}"
-        );
-        prop_assert_eq!(result.summary.breach_seconds, 0.0);
+        let scenario = slowdown(lambda, rate, partitions, factor, Some(rate));
+        returns_after_slowdown(&scenario, lambda, rate, partitions, factor)?;
     }
     /// A configured rate well above the truth under a deadline too short to try it again: once
     /// measured, the slower rate keeps it out for good. Noisy arrivals let idle consumers
