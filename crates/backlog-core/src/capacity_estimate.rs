@@ -69,6 +69,12 @@ pub struct CapacityEvidence {
     /// within a poll or two where a saturated completion rate needs settling and a whole
     /// window: a configured rate far above the truth is refuted before a short deadline is.
     pub completed_while_busy: Option<f64>,
+    /// The fewest consumers that own the partitions with work when that reading was taken
+    /// (all ready ones when every partition has work): they are saturated, the others may
+    /// idle, so what the group completes per such consumer bounds one replica's rate from
+    /// above. Busy replicas owning a single partition each more than the rest stand behind a
+    /// backlog that never drains while the rest idle, and no poll finds every partition busy.
+    pub busy_consumers_at_least: u32,
     pub ready_replicas: u32,
     /// What the ready replicas complete together, in replicas' worth, when arrivals spread
     /// evenly over the partitions: the busiest consumer owns ⌈P / ready⌉ of them, and the
@@ -272,8 +278,8 @@ fn estimate_now(
     // they complete is the measurement until a saturated window measures it again.
     let shown_while_busy = evidence
         .completed_while_busy
-        .filter(|rate| rate.is_finite() && *rate >= 0.0 && evidence.ready_replicas > 0)
-        .map(|rate| rate / f64::from(evidence.ready_replicas));
+        .filter(|rate| rate.is_finite() && *rate >= 0.0 && evidence.busy_consumers_at_least > 0)
+        .map(|rate| rate / f64::from(evidence.busy_consumers_at_least));
     let in_use = exact
         .map(|m| m.per_replica_rate)
         .or(configured)
@@ -452,6 +458,7 @@ mod tests {
             saturated,
             settled: true,
             completed_while_busy: None,
+            busy_consumers_at_least: ready,
             stale_after_seconds: 1800.0,
             prior_test_seconds: 0.0,
             prior_test_age_room: 300.0,
@@ -652,6 +659,25 @@ mod tests {
         saturated.completed_while_busy = Some(1600.0);
         let measured = estimate(saturated, None, at(0)).expect("estimate");
         assert_eq!(measured.per_replica_rate, 250.0);
+    }
+
+    #[test]
+    fn a_backlog_standing_on_the_busiest_consumers_refutes_the_prior() {
+        // 23 partitions on 12 consumers: 11 own two, and their 22 partitions hold a backlog
+        // that does not drain while the one owning a single partition idles. The group
+        // completes about λ, 2266/s: at most 206/s for each of the 11, not the 402/s said.
+        let mut e = evidence(2266.0, 12, false);
+        e.configured = Some(402.0);
+        e.completed_while_busy = Some(2266.0);
+        e.busy_consumers_at_least = 11;
+        let refuted = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(refuted.source, CapacitySource::Measured);
+        assert!((refuted.per_replica_rate - 2266.0 / 11.0).abs() < 1e-9);
+        // A single hot partition with work proves no more than the group's completions for
+        // its one owner: far above the prior, so it stands.
+        e.busy_consumers_at_least = 1;
+        let kept = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(kept.source, CapacitySource::Configured);
     }
 
     #[test]

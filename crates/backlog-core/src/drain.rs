@@ -33,6 +33,18 @@ pub fn group_capacity(replicas: u32, partitions: u32, per_replica_rate: f64) -> 
     per_replica_rate * f64::from(partitions) / f64::from(busiest)
 }
 
+/// The fewest of `replicas` consumers that own `with_work` of `partitions` partitions: a
+/// balanced assignment gives none more than ⌈P / n⌉. Those consumers are saturated, so what
+/// the group completes, divided by them, bounds one replica's rate from above whichever
+/// consumers the partitions belong to.
+pub fn fewest_owners(replicas: u32, partitions: u32, with_work: u32) -> u32 {
+    if replicas == 0 || partitions == 0 {
+        return 0;
+    }
+    let most = partitions.div_ceil(replicas.min(partitions));
+    with_work.min(partitions).div_ceil(most)
+}
+
 /// How many partitions the busiest of `replicas` consumers owns, where the replicas do not
 /// divide the partitions evenly (then the group completes only what fewer replicas would);
 /// `None` where they do, or where every consumer owns at most one.
@@ -179,6 +191,35 @@ mod tests {
         assert_eq!(group_capacity(6, 12, 250.0), 1500.0);
         assert_eq!(group_capacity(20, 12, 250.0), 3000.0);
         assert_eq!(group_capacity(3, 16, 250.0), 250.0 * 16.0 / 6.0);
+    }
+
+    #[test]
+    fn the_partitions_with_work_keep_at_least_their_fewest_owners_busy() {
+        // 23 partitions on 12 consumers: 11 own two, one owns one.
+        assert_eq!(fewest_owners(12, 23, 23), 12);
+        assert_eq!(fewest_owners(12, 23, 22), 11);
+        assert_eq!(fewest_owners(12, 23, 1), 1);
+        // More consumers than partitions: the extra ones own none.
+        assert_eq!(fewest_owners(12, 8, 8), 8);
+        assert_eq!(fewest_owners(0, 8, 8), 0);
+        assert_eq!(fewest_owners(4, 0, 0), 0);
+    }
+
+    proptest::proptest! {
+        /// However the partitions with work fall on a balanced assignment (round-robin
+        /// here), they have at least the fewest owners.
+        #[test]
+        fn partitions_with_work_never_have_fewer_owners_than_the_fewest(
+            replicas in 1u32..40,
+            partitions in 1u32..64,
+            mask in proptest::prelude::any::<u64>(),
+        ) {
+            let with_work: Vec<u32> = (0..partitions).filter(|p| mask >> p & 1 == 1).collect();
+            let owners: std::collections::BTreeSet<u32> =
+                with_work.iter().map(|p| p % replicas).collect();
+            let count = u32::try_from(with_work.len()).unwrap_or(u32::MAX);
+            proptest::prop_assert!(owners.len() as u32 >= fewest_owners(replicas, partitions, count));
+        }
     }
 
     #[test]

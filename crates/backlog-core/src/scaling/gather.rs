@@ -14,7 +14,7 @@ use crate::capacity_estimate::{
     CapacityEvidence, MeasuredCapacity, Recovery, estimate as estimate_capacity,
 };
 use crate::deadline_plan::KEEPS_UP_SHARE;
-use crate::drain::{estimate_oldest_age, group_capacity};
+use crate::drain::{estimate_oldest_age, fewest_owners, group_capacity};
 use crate::metric_input::{MetricProblem, MissingInput, Observation, single_value};
 use crate::stabilization::seconds_between;
 
@@ -153,17 +153,38 @@ pub(super) fn gather(
     let settled = ready == current && !changed_lately;
     // Saturation is judged on the backlog the consumers work on: a held event class's
     // backlog waits by design while the replicas idle.
-    let every_partition_busy = inputs
+    let partitions_with_work = inputs
         .partition_backlogs
         .as_ref()
-        .is_none_or(|samples| samples.iter().all(|p| p.backlog > 0.0));
-    let busy = every_partition_busy
-        && match (completion_rate, used.scaling_backlog) {
-            (Some(completed), Some(b)) => {
-                completed > 0.0 && b > completed * 2.0 * config.poll_interval_seconds
-            }
-            _ => false,
-        };
+        .map(|samples| samples.iter().filter(|p| p.backlog > 0.0).count());
+    let every_partition_busy = match (&inputs.partition_backlogs, partitions_with_work) {
+        (Some(samples), Some(with_work)) => with_work == samples.len(),
+        _ => true,
+    };
+    let much_waits = match (completion_rate, used.scaling_backlog) {
+        (Some(completed), Some(b)) => {
+            completed > 0.0 && b > completed * 2.0 * config.poll_interval_seconds
+        }
+        _ => false,
+    };
+    let busy = every_partition_busy && much_waits;
+    // Where only some partitions have work, their owners are still saturated: a backlog that
+    // stands on the busiest consumers' partitions while the others idle tells what those
+    // complete, and no poll finds every partition busy.
+    let owned_partitions = partitions.or_else(|| {
+        inputs
+            .partition_backlogs
+            .as_ref()
+            .and_then(|samples| u32::try_from(samples.len()).ok())
+    });
+    let busy_consumers_at_least = match (owned_partitions, partitions_with_work) {
+        (Some(p), Some(with_work)) => {
+            fewest_owners(ready, p, u32::try_from(with_work).unwrap_or(u32::MAX))
+        }
+        (Some(p), None) => ready.min(p),
+        (None, _) => ready,
+    };
+    let busy_somewhere = much_waits && busy_consumers_at_least > 0;
     // The completion rate spans a window: it is the consumers' capacity once they have been
     // busy for all of it, not when work has just begun to wait.
     let busy_since = busy.then(|| memory.busy_since.unwrap_or(now));
@@ -223,7 +244,7 @@ pub(super) fn gather(
     // before any pod start was seen, when that was is unknown: no reading.
     let completed_while_busy = match (memory.previous, backlog, produce_rate) {
         (Some(previous), Some(b), Some(lambda))
-            if busy && ready == current && b != previous.backlog =>
+            if busy_somewhere && ready == current && b != previous.backlog =>
         {
             let after_pause = memory.last_change_at.is_none_or(|at| {
                 started_seconds.is_some_and(|started| {
@@ -270,6 +291,7 @@ pub(super) fn gather(
             completion_rate,
             completed_at_least,
             completed_while_busy,
+            busy_consumers_at_least,
             ready_replicas: ready,
             busiest_consumer_shares,
             arrivals: produce_rate.filter(|_| config.produce_rate_configured),

@@ -1135,6 +1135,55 @@ fn a_prior_far_above_the_truth_is_refuted_by_the_backlog_rise_once_the_pods_work
 }
 
 #[test]
+fn a_backlog_standing_on_the_busiest_consumers_refutes_a_prior_while_one_idles() {
+    // 23 partitions on 12 replicas: 11 own two and one owns one. The owner says 402/s; they
+    // do 200/s. 2266/s arrive, the 22 partitions of the busiest hold a backlog that stands
+    // (it fell by 150 in 15 s) and the lone one idles, so no poll finds every partition busy.
+    let c = BudgetConfig {
+        per_replica_rate: Some(402.0),
+        completion_rate_configured: true,
+        partitions: PartitionSource::Fixed(23),
+        max_replicas: 23,
+        rebalance_cost_seconds: 20.0,
+        ..config()
+    };
+    let memory = ScalingMemory {
+        last_change_at: Some(at(0)),
+        last_change_raised: true,
+        pod_start_seconds: Some(44.0),
+        previous: Some(PreviousObservation {
+            at: at(600),
+            backlog: 150_150.0,
+            produce_rate: Some(2266.0),
+            value_since: at(600),
+            previous_stood: None,
+        }),
+        ..ScalingMemory::default()
+    };
+    let mut backlogs = vec![150_000.0 / 22.0; 23];
+    backlogs[22] = 0.0;
+    let mut standing = with_completions(inputs(150_000.0, 2266.0, 70.0, 12), 2276.0);
+    standing.partition_backlogs = Some(partition_samples(&backlogs));
+    let d = decide(&c, &standing, &memory, at(615));
+    assert_eq!(
+        d.used.capacity_source,
+        Some(CapacitySource::Measured),
+        "{}",
+        d.explanation
+    );
+    // What the 11 saturated consumers complete, at most: the group's 2276/s over them.
+    let rate = d.used.per_replica_rate.unwrap_or_default();
+    assert!((rate - 2276.0 / 11.0).abs() < 1e-6, "{rate}");
+    // Work on the lone consumer's partition alone proves only that one of them completes
+    // the group's rate: far above the prior, it stands.
+    let mut hot = vec![0.0; 23];
+    hot[22] = 150_000.0;
+    standing.partition_backlogs = Some(partition_samples(&hot));
+    let d = decide(&c, &standing, &memory, at(615));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Configured));
+}
+
+#[test]
 fn right_after_a_change_the_rise_alone_is_read_where_a_reaction_takes_the_room() {
     // 15 s after a scale-up the group may still be starting and rebalancing: it completes
     // nothing as far as the decision can tell, so the backlog's rise alone (12.6k/s) is a
