@@ -34,15 +34,21 @@ pub fn group_capacity(replicas: u32, partitions: u32, per_replica_rate: f64) -> 
 }
 
 /// The fewest of `replicas` consumers that own `with_work` of `partitions` partitions: a
-/// balanced assignment gives none more than ⌈P / n⌉. Those consumers are saturated, so what
-/// the group completes, divided by them, bounds one replica's rate from above whichever
-/// consumers the partitions belong to.
+/// balanced assignment gives each at least ⌊P / n⌋ and at most ⌈P / n⌉, so the partitions
+/// with work need ⌈k / ⌈P / n⌉⌉ owners, and the idle ones cannot fill more than
+/// ⌊(P − k) / ⌊P / n⌋⌋ consumers. Those owners are saturated, so what the group completes,
+/// divided by them, bounds one replica's rate from above whichever consumers own what.
 pub fn fewest_owners(replicas: u32, partitions: u32, with_work: u32) -> u32 {
-    if replicas == 0 || partitions == 0 {
+    let owners = replicas.min(partitions);
+    if owners == 0 {
         return 0;
     }
-    let most = partitions.div_ceil(replicas.min(partitions));
-    with_work.min(partitions).div_ceil(most)
+    let with_work = with_work.min(partitions);
+    let (least, most) = (partitions / owners, partitions.div_ceil(owners));
+    let all_idle_at_most = (partitions - with_work) / least;
+    with_work
+        .div_ceil(most)
+        .max(owners.saturating_sub(all_idle_at_most))
 }
 
 /// How many partitions the busiest of `replicas` consumers owns, where the replicas do not
@@ -199,6 +205,9 @@ mod tests {
         assert_eq!(fewest_owners(12, 23, 23), 12);
         assert_eq!(fewest_owners(12, 23, 22), 11);
         assert_eq!(fewest_owners(12, 23, 1), 1);
+        // 12 partitions on 5 consumers (3, 3, 2, 2, 2): all busy, all five are.
+        assert_eq!(fewest_owners(5, 12, 12), 5);
+        assert_eq!(fewest_owners(5, 12, 10), 4);
         // More consumers than partitions: the extra ones own none.
         assert_eq!(fewest_owners(12, 8, 8), 8);
         assert_eq!(fewest_owners(0, 8, 8), 0);
