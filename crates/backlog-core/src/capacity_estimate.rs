@@ -63,12 +63,12 @@ pub struct CapacityEvidence {
     /// ones can have worked since the previous poll, so the drop per ready replica never
     /// overstates one; the arrivals added to it are λ's only after a whole steady window.
     pub completed_at_least: Option<f64>,
-    /// Completions per second of the whole group shown by the backlog's change under a steady
-    /// λ while every partition has work, since the previous poll: arrivals minus the rise.
-    /// Set only once the samples fall after a change's pod starts and rebalance. It reacts
-    /// within a poll or two where a saturated completion rate needs settling and a whole
-    /// window: a configured rate far above the truth is refuted before a short deadline is.
-    pub completed_while_busy: Option<f64>,
+    /// Completions per second of the whole group shown by the backlog's change while work
+    /// stands on its partitions, since the previous poll: arrivals minus the rise. Set only
+    /// once the samples fall after a change's pod starts and rebalance. It reacts within a
+    /// poll or two where a saturated completion rate needs settling and a whole window: a
+    /// configured rate far above the truth is refuted before a short deadline is.
+    pub completed_while_busy: Option<BusyCompletions>,
     /// The fewest consumers that own the partitions with work when that reading was taken
     /// (all ready ones when every partition has work): they are saturated, the others may
     /// idle, so what the group completes per such consumer bounds one replica's rate from
@@ -172,6 +172,29 @@ const CONFIRMS_WITHIN: f64 = 1.25;
 /// most seen is the probe's question, so this only leaves out rounding.
 const RECOVERY_GAP: f64 = 0.99;
 
+/// What busy replicas completed since the previous poll, read as λ minus the backlog's rise.
+/// λ is read through a rate window, which lags a step and averages noise the poll's own
+/// arrivals do not: the reading is only known to within how far the window may be off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BusyCompletions {
+    /// Completions per second with λ as the window reads it.
+    pub read: f64,
+    /// The most the group can have completed: with λ as high as a window that moved as it did
+    /// since the previous poll may hide, or as the completion rate shows where more than the
+    /// move left the window. Equal to `read` where λ held still.
+    pub at_most: f64,
+}
+
+impl BusyCompletions {
+    /// A reading under a λ known to hold still.
+    pub fn exact(completed: f64) -> Self {
+        Self {
+            read: completed,
+            at_most: completed,
+        }
+    }
+}
+
 /// The estimate for this poll; `None` when nothing at all is known.
 pub fn estimate(
     evidence: CapacityEvidence,
@@ -274,25 +297,38 @@ fn estimate_now(
         }
         (_, before) => before,
     };
-    // Busy replicas completing well below the measurement or the prior in use refute it: what
-    // they complete is the measurement until a saturated window measures it again.
+    // Busy replicas that complete well below the measurement or the prior in use, even with
+    // λ as high as the window may hide, refute it: what they complete is the measurement
+    // until a saturated window measures it again.
     let shown_while_busy = evidence
         .completed_while_busy
-        .filter(|rate| rate.is_finite() && *rate >= 0.0 && evidence.busy_consumers_at_least > 0)
-        .map(|rate| rate / f64::from(evidence.busy_consumers_at_least));
+        .filter(|c| {
+            c.read.is_finite()
+                && c.at_most.is_finite()
+                && c.read >= 0.0
+                && evidence.busy_consumers_at_least > 0
+        })
+        .map(|c| {
+            let owners = f64::from(evidence.busy_consumers_at_least);
+            (c.read / owners, c.at_most.max(c.read) / owners)
+        });
     let in_use = exact
         .map(|m| m.per_replica_rate)
         .or(configured)
         .or(previous_stale.map(|m| m.per_replica_rate));
     let exact = match (shown_while_busy, in_use) {
-        (Some(shown), Some(estimate))
-            if !evidence.saturated && shown > 0.0 && shown < REFUTED_BELOW * estimate =>
+        (Some((shown, at_most)), Some(estimate))
+            if !evidence.saturated && shown > 0.0 && at_most < REFUTED_BELOW * estimate =>
         {
+            // The truth lies between the reading and its bound: near the bound where the
+            // window lags a step, near the reading where it averages noise away. Halfway is
+            // off by at most half the gap either way.
+            let measured = (shown + at_most) / 2.0;
             Some(MeasuredCapacity {
-                per_replica_rate: shown,
+                per_replica_rate: measured,
                 at: now,
                 lower_bound: false,
-                confirmations: confirmations(shown),
+                confirmations: confirmations(measured),
                 most_seen: 0.0,
             })
         }
@@ -642,7 +678,7 @@ mod tests {
         // under 1648/s): 200/s each is the measurement, long before a saturated window is.
         let mut e = evidence(1100.0, 8, false);
         e.configured = Some(361.0);
-        e.completed_while_busy = Some(1600.0);
+        e.completed_while_busy = Some(BusyCompletions::exact(1600.0));
         let refuted = estimate(e, None, at(0)).expect("estimate");
         assert_eq!(
             (refuted.source, refuted.per_replica_rate),
@@ -650,15 +686,39 @@ mod tests {
         );
         // Within the noise of the backlog and the rate window (300/s of 361/s): the prior
         // stands.
-        e.completed_while_busy = Some(2400.0);
+        e.completed_while_busy = Some(BusyCompletions::exact(2400.0));
         let kept = estimate(e, None, at(0)).expect("estimate");
         assert_eq!(kept.source, CapacitySource::Configured);
         // A saturated window's measurement is the better one: it is not overruled.
         let mut saturated = evidence(2000.0, 8, true);
         saturated.configured = Some(361.0);
-        saturated.completed_while_busy = Some(1600.0);
+        saturated.completed_while_busy = Some(BusyCompletions::exact(1600.0));
         let measured = estimate(saturated, None, at(0)).expect("estimate");
         assert_eq!(measured.per_replica_rate, 250.0);
+    }
+
+    #[test]
+    fn a_reading_refutes_only_where_even_its_bound_is_far_below() {
+        // 8 busy replicas, said to do 361/s: read at 1200/s, but λ may have been as much
+        // higher as to make it 2400/s (300/s each, within the noise of 361/s): it stands.
+        let mut e = evidence(1100.0, 8, false);
+        e.configured = Some(361.0);
+        e.completed_while_busy = Some(BusyCompletions {
+            read: 1200.0,
+            at_most: 2400.0,
+        });
+        let kept = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(kept.source, CapacitySource::Configured);
+        // At most 2000/s (250/s each): refuted, measured halfway between the two readings.
+        e.completed_while_busy = Some(BusyCompletions {
+            read: 1200.0,
+            at_most: 2000.0,
+        });
+        let refuted = estimate(e, None, at(0)).expect("estimate");
+        assert_eq!(
+            (refuted.source, refuted.per_replica_rate),
+            (CapacitySource::Measured, 200.0)
+        );
     }
 
     #[test]
@@ -668,7 +728,7 @@ mod tests {
         // completes about λ, 2266/s: at most 206/s for each of the 11, not the 402/s said.
         let mut e = evidence(2266.0, 12, false);
         e.configured = Some(402.0);
-        e.completed_while_busy = Some(2266.0);
+        e.completed_while_busy = Some(BusyCompletions::exact(2266.0));
         e.busy_consumers_at_least = 11;
         let refuted = estimate(e, None, at(0)).expect("estimate");
         assert_eq!(refuted.source, CapacitySource::Measured);

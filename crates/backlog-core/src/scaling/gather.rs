@@ -11,7 +11,7 @@ use super::timing::{
 use super::{PreviousObservation, ScalingInputs, ScalingMemory, UsedValues};
 use crate::budget_config::{BudgetConfig, PartitionSource};
 use crate::capacity_estimate::{
-    CapacityEvidence, MeasuredCapacity, Recovery, estimate as estimate_capacity,
+    BusyCompletions, CapacityEvidence, MeasuredCapacity, Recovery, estimate as estimate_capacity,
 };
 use crate::deadline_plan::KEEPS_UP_SHARE;
 use crate::drain::{estimate_oldest_age, fewest_owners, group_capacity};
@@ -238,10 +238,20 @@ pub(super) fn gather(
         }
         _ => None,
     };
-    // What busy replicas complete, from the backlog's change under a λ that held still over
-    // both polls; the previous sample must have been seen a poll after the last change's pod
-    // starts and rebalance, when the replicas that run now all worked. After a scale-up
-    // before any pod start was seen, when that was is unknown: no reading.
+    // What busy replicas complete, from the backlog's change; the previous sample must have
+    // been seen a poll after the last change's pod starts and rebalance, when the replicas
+    // that run now all worked. After a scale-up before any pod start was seen, when that was
+    // is unknown: no reading.
+    // Under a λ that held still over both polls the reading stands as it is. Otherwise λ's
+    // window may be off: one W long that moved by Δ since the previous poll may lag the
+    // arrivals by W × Δ over the time since that poll (a step moves it that slowly; the
+    // time is the polls', not the backlog sample's, or a level that stood for long and
+    // ended within the last poll would spread the move over all of it), and noise it
+    // averages away moves it about as much. Where what leaves the window moved too (a
+    // periodic load, one step entering as another leaves), the move understates the lag,
+    // but the completion rate, which no arrival moves, stays high: the reading is bounded
+    // by the higher of the two. Waiting for a λ that holds still instead left a wrong prior
+    // sizing the group for many minutes under a noisy load.
     let completed_while_busy = match (memory.previous, backlog, produce_rate) {
         (Some(previous), Some(b), Some(lambda))
             if busy_somewhere && ready == current && b != previous.backlog =>
@@ -252,12 +262,23 @@ pub(super) fn gather(
                         >= started + config.rebalance_cost_seconds + config.poll_interval_seconds
                 })
             });
-            let steady = previous
-                .produce_rate
-                .is_some_and(|before| (before - lambda).abs() <= 0.05 * lambda);
             let elapsed = sample_span(&previous, now, config.poll_interval_seconds);
-            (after_pause && steady && seconds_between(previous.value_since, now) > 0.0)
-                .then(|| (lambda - (b - previous.backlog) / elapsed).max(0.0))
+            let since_poll = seconds_between(previous.at, now).max(config.poll_interval_seconds);
+            let read = (lambda - (b - previous.backlog) / elapsed).max(0.0);
+            let readable = after_pause && seconds_between(previous.value_since, now) > 0.0;
+            match (previous.produce_rate, completion_rate) {
+                (Some(before), _) if readable && (before - lambda).abs() <= 0.05 * lambda => {
+                    Some(BusyCompletions::exact(read))
+                }
+                (Some(before), Some(completed)) if readable => {
+                    let hidden = rate_window_seconds(config) / since_poll * (before - lambda).abs();
+                    Some(BusyCompletions {
+                        read,
+                        at_most: (read + hidden).max(completed),
+                    })
+                }
+                _ => None,
+            }
         }
         _ => None,
     };

@@ -902,6 +902,29 @@ fn tight_deadline_at_the_partition_cap() -> BudgetConfig {
     }
 }
 
+/// The example budget with a configured rate and a completion-rate query, on `partitions`
+/// fixed partitions and at most `max_replicas`.
+fn with_prior(rate: f64, partitions: u32, max_replicas: u32) -> BudgetConfig {
+    BudgetConfig {
+        per_replica_rate: Some(rate),
+        completion_rate_configured: true,
+        partitions: PartitionSource::Fixed(partitions),
+        max_replicas,
+        ..config()
+    }
+}
+
+/// The previous poll's observation: `backlog` and λ first seen at `seconds`.
+fn seen_at(seconds: i64, backlog: f64, lambda: f64) -> PreviousObservation {
+    PreviousObservation {
+        at: at(seconds),
+        backlog,
+        produce_rate: Some(lambda),
+        value_since: at(seconds),
+        previous_stood: None,
+    }
+}
+
 fn with_completions(mut i: ScalingInputs, completed: f64) -> ScalingInputs {
     i.completion_rate = Some(value(completed));
     i
@@ -1135,6 +1158,105 @@ fn a_prior_far_above_the_truth_is_refuted_by_the_backlog_rise_once_the_pods_work
 }
 
 #[test]
+fn a_noisy_lambda_refutes_only_a_prior_far_outside_what_the_window_may_hide() {
+    // The owner says 1000/s; the 8 replicas do 100/s. λ's window moved from 1648/s to
+    // 1900/s in a poll, so the arrivals may be up to 60 s / 15 s × 252/s higher than read.
+    // The backlog rose by 16.5k: 800/s completed as read, at most 1808/s. Even that is 226/s
+    // each, far below the prior: refuted, at the middle of what the reading allows.
+    let c = BudgetConfig {
+        per_replica_rate: Some(1000.0),
+        completion_rate_configured: true,
+        partitions: PartitionSource::Fixed(32),
+        max_replicas: 32,
+        rebalance_cost_seconds: 10.0,
+        ..config()
+    };
+    let memory = ScalingMemory {
+        last_change_at: Some(at(0)),
+        last_change_raised: true,
+        pod_start_seconds: Some(90.0),
+        previous: Some(seen_at(115, 100_000.0, 1648.0)),
+        ..ScalingMemory::default()
+    };
+    let noisy = with_completions(inputs(116_500.0, 1900.0, 60.0, 8), 900.0);
+    let d = decide(&c, &noisy, &memory, at(130));
+    assert_eq!(
+        d.used.capacity_source,
+        Some(CapacitySource::Measured),
+        "{}",
+        d.explanation
+    );
+    let rate = d.used.per_replica_rate.unwrap_or_default();
+    assert!((rate - (800.0 + 1808.0) / 2.0 / 8.0).abs() < 1e-6, "{rate}");
+    // A prior the bound does not rule out (at most 226/s each, 250/s said) stands.
+    let near = BudgetConfig {
+        per_replica_rate: Some(250.0),
+        ..c
+    };
+    let d = decide(&near, &noisy, &memory, at(130));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Configured));
+}
+
+#[test]
+fn a_step_entering_the_window_as_another_leaves_refutes_nothing() {
+    // 3 replicas on 16 partitions do the 134/s they are said to. A periodic load steps from
+    // 96/s to 489/s 12 s before the poll, while its last peak leaves the window: the window
+    // moved only from 129/s to 175/s, so even at 4 × that move the backlog's 750 rise reads
+    // at most 308/s, 103/s each. The completion rate, which no arrival moves, shows 342/s.
+    let c = with_prior(134.0, 16, 8);
+    let memory = ScalingMemory {
+        previous: Some(PreviousObservation {
+            at: at(1410),
+            backlog: 10_397.0,
+            produce_rate: Some(128.75),
+            value_since: at(1410),
+            previous_stood: Some(15.0),
+        }),
+        ..ScalingMemory::default()
+    };
+    let stepped = with_completions(inputs(11_147.0, 175.0, 90.0, 3), 342.0);
+    let d = decide(&c, &stepped, &memory, at(1425));
+    assert_eq!(
+        d.used.capacity_source,
+        Some(CapacitySource::Configured),
+        "{}",
+        d.explanation
+    );
+    // Consumers that really complete that little show it in both: refuted.
+    let slow = with_completions(inputs(11_147.0, 175.0, 90.0, 3), 250.0);
+    let d = decide(&c, &slow, &memory, at(1425));
+    assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
+}
+
+#[test]
+fn a_queue_empty_for_long_that_fills_within_a_poll_refutes_nothing() {
+    // 3 replicas at the 521/s they are said to do; the producer stalled, then a flood begins
+    // within the last poll: the queue that held 0 for 26 minutes holds 19.7k, and λ's window
+    // rose from 115/s to 433/s. Spread over the 26 minutes the level stood, the window's move
+    // would look like nothing and the flood's first poll like 144/s per replica; it is a
+    // poll's move, and may hide arrivals far above 433/s.
+    let c = with_prior(521.0, 24, 48);
+    let memory = ScalingMemory {
+        previous: Some(PreviousObservation {
+            at: at(1545),
+            backlog: 0.0,
+            produce_rate: Some(115.0),
+            value_since: at(0),
+            previous_stood: None,
+        }),
+        ..ScalingMemory::default()
+    };
+    let flood = with_completions(inputs(19_748.0, 433.0, 15.0, 3), 104.0);
+    let d = decide(&c, &flood, &memory, at(1560));
+    assert_eq!(
+        d.used.capacity_source,
+        Some(CapacitySource::Configured),
+        "{}",
+        d.explanation
+    );
+}
+
+#[test]
 fn a_backlog_standing_on_the_busiest_consumers_refutes_a_prior_while_one_idles() {
     // 23 partitions on 12 replicas: 11 own two and one owns one. The owner says 402/s; they
     // do 200/s. 2266/s arrive, the 22 partitions of the busiest hold a backlog that stands
@@ -1151,13 +1273,7 @@ fn a_backlog_standing_on_the_busiest_consumers_refutes_a_prior_while_one_idles()
         last_change_at: Some(at(0)),
         last_change_raised: true,
         pod_start_seconds: Some(44.0),
-        previous: Some(PreviousObservation {
-            at: at(600),
-            backlog: 150_150.0,
-            produce_rate: Some(2266.0),
-            value_since: at(600),
-            previous_stood: None,
-        }),
+        previous: Some(seen_at(600, 150_150.0, 2266.0)),
         ..ScalingMemory::default()
     };
     let mut backlogs = vec![150_000.0 / 22.0; 23];
@@ -1192,13 +1308,7 @@ fn right_after_a_change_the_rise_alone_is_read_where_a_reaction_takes_the_room()
         last_change_at: Some(at(0)),
         last_change_raised: true,
         pod_start_seconds: Some(30.0),
-        previous: Some(PreviousObservation {
-            at: at(0),
-            backlog: 10_800.0,
-            produce_rate: Some(6249.0),
-            value_since: at(0),
-            previous_stood: None,
-        }),
+        previous: Some(seen_at(0, 10_800.0, 6249.0)),
         ..ScalingMemory::default()
     };
     let stepped = with_completions(inputs(200_000.0, 8128.0, 5.0, 16), 6400.0);
