@@ -198,7 +198,10 @@ pub(super) fn gather(
     // Δ when the last poll's arrivals differ by W × Δ from those that left the window: so
     // the rate must have stayed about the same for a whole window before the previous poll
     // (what left the window arrived at about that rate; a peak shorter than the window
-    // passes through it with hardly a move), and W × Δ is taken off the credit.
+    // passes through it with hardly a move), and its move ([`window_lag`]) is taken off the
+    // credit, spread over the backlog sample's span: within one run of λ the window's moves
+    // over the polls of a long span add up to its move from the span's start, which the
+    // run keeps small.
     // The change is taken from when the previous sample was first seen: a sample seen again
     // proves nothing, and a new one after a repeated one covers the time since the first
     // sighting (over one poll it would read as twice the drop).
@@ -220,16 +223,15 @@ pub(super) fn gather(
                 && seconds_between(previous.value_since, now) > 0.0 =>
         {
             let elapsed = sample_span(&previous, now, config.poll_interval_seconds);
-            let window = rate_window_seconds(config);
             let steady_for_a_window = memory.demand.last().is_some_and(|run| {
                 seconds_between(run.at, previous.value_since)
-                    >= window + config.poll_interval_seconds
+                    >= rate_window_seconds(config) + config.poll_interval_seconds
             });
             let arrived = match (previous.produce_rate, produce_rate) {
                 (Some(before), Some(lambda))
                     if steady_for_a_window && (before - lambda).abs() <= 0.05 * lambda =>
                 {
-                    let hidden = window / elapsed * (before - lambda).abs();
+                    let hidden = window_lag(config, before, lambda, elapsed);
                     (before.min(lambda) - hidden).max(0.0)
                 }
                 _ => 0.0,
@@ -243,15 +245,15 @@ pub(super) fn gather(
     // that run now all worked. After a scale-up before any pod start was seen, when that was
     // is unknown: no reading.
     // Under a λ that held still over both polls the reading stands as it is. Otherwise λ's
-    // window may be off: one W long that moved by Δ since the previous poll may lag the
-    // arrivals by W × Δ over the time since that poll (a step moves it that slowly; the
-    // time is the polls', not the backlog sample's, or a level that stood for long and
-    // ended within the last poll would spread the move over all of it), and noise it
-    // averages away moves it about as much. Where what leaves the window moved too (a
-    // periodic load, one step entering as another leaves), the move understates the lag,
-    // but the completion rate, which no arrival moves, stays high: the reading is bounded
-    // by the higher of the two. Waiting for a λ that holds still instead left a wrong prior
-    // sizing the group for many minutes under a noisy load.
+    // window may be off by its move since the previous poll ([`window_lag`]; a step moves it
+    // that slowly, and noise it averages away moves it about as much), over the time since
+    // that poll: with no steady run behind it, the move is all that is known of the span,
+    // and spread over a level that stood for long and ended within the last poll, it would
+    // read as nothing. Where what leaves the window moved too (a periodic load, one step
+    // entering as another leaves), the move understates the lag, but the completion rate,
+    // which no arrival moves, stays high: the reading is bounded by the higher of the two.
+    // Waiting for a λ that holds still instead left a wrong prior sizing the group for many
+    // minutes under a noisy load.
     let completed_while_busy = match (memory.previous, backlog, produce_rate) {
         (Some(previous), Some(b), Some(lambda))
             if busy_somewhere && ready == current && b != previous.backlog =>
@@ -271,7 +273,7 @@ pub(super) fn gather(
                     Some(BusyCompletions::exact(read))
                 }
                 (Some(before), Some(completed)) if readable => {
-                    let hidden = rate_window_seconds(config) / since_poll * (before - lambda).abs();
+                    let hidden = window_lag(config, before, lambda, since_poll);
                     Some(BusyCompletions {
                         read,
                         at_most: (read + hidden).max(completed),
@@ -497,6 +499,13 @@ pub(super) fn arrivals_seen_rising(
     .max(0.0);
     let seen = completing + (backlog - previous.backlog) / span;
     (seen > queried.max(0.0) * (1.0 + RISE_TOLERANCE)).then_some(seen)
+}
+
+/// How far arrivals per second over `seconds` may be from λ as its rate window reads it,
+/// when the window moved from `before` to `lambda` over them: a window W long that moved by Δ
+/// counts arrivals W × Δ apart from those that left it.
+fn window_lag(config: &BudgetConfig, before: f64, lambda: f64, seconds: f64) -> f64 {
+    rate_window_seconds(config) / seconds * (before - lambda).abs()
 }
 
 /// The time the backlog's change since `previous` spans: from when its value was first seen,
