@@ -54,30 +54,46 @@ const HOT_OVER_NEXT: f64 = 3.0;
 /// The skew, if one partition holds at least half of the backlog, the backlog is more than
 /// `noise` events (what is merely in flight), and no other partition holds a third of the hot
 /// one's. `scaling_backlog` is the backlog the decision works on (paused classes excluded).
-pub fn detect(samples: &[PartitionSample], scaling_backlog: f64, noise: f64) -> Option<Skew> {
+///
+/// `held` is what held event classes leave waiting. Holding moves no event, so it stays on
+/// partitions no query tells: the hot partition is credited only with what it holds beyond
+/// all of it, the others with all they hold. A class held on one partition (a failing
+/// class keyed to one customer) then never passes for a hot key that more consumers cannot
+/// help, which would stop the scaling the rest of the work needs.
+pub fn detect(
+    samples: &[PartitionSample],
+    scaling_backlog: f64,
+    noise: f64,
+    held: f64,
+) -> Option<Skew> {
     let valid = samples
         .iter()
         .all(|s| s.backlog.is_finite() && s.backlog >= 0.0);
-    if samples.len() < 2 || !valid {
+    if samples.len() < 2 || !valid || !held.is_finite() {
         return None;
     }
-    let total: f64 = samples.iter().map(|s| s.backlog).sum();
     let hot = samples
         .iter()
         .max_by(|a, b| a.backlog.total_cmp(&b.backlog))?;
+    let hot_work = (hot.backlog - held.max(0.0)).max(0.0);
+    let others: f64 = samples
+        .iter()
+        .filter(|s| !std::ptr::eq(*s, hot))
+        .map(|s| s.backlog)
+        .sum();
+    let total = hot_work + others;
     if total <= noise.max(0.0) || total <= 0.0 {
         return None;
     }
-    let share = hot.backlog / total;
+    let share = hot_work / total;
     let busiest_other = samples
         .iter()
         .filter(|s| !std::ptr::eq(*s, hot))
         .map(|s| s.backlog)
         .fold(0.0, f64::max);
-    if share < HOT_SHARE || busiest_other * HOT_OVER_NEXT > hot.backlog {
+    if share < HOT_SHARE || busiest_other * HOT_OVER_NEXT > hot_work {
         return None;
     }
-    let others = total - hot.backlog;
     Some(Skew {
         partition: hot.partition.clone(),
         share,
@@ -99,7 +115,7 @@ mod tests {
     fn one_partition_with_most_of_the_backlog_is_hot() {
         let mut backlogs = vec![100.0; 12];
         backlogs[7] = 50_000.0;
-        let skew = detect(&samples(&backlogs), 51_100.0, 1000.0).expect("skew");
+        let skew = detect(&samples(&backlogs), 51_100.0, 1000.0, 0.0).expect("skew");
         assert_eq!(skew.partition, "7");
         assert!((skew.share - 50_000.0 / 51_100.0).abs() < 1e-9);
         assert!((skew.others_backlog - 1100.0).abs() < 1e-6);
@@ -107,14 +123,17 @@ mod tests {
 
     #[test]
     fn an_even_backlog_or_a_small_one_is_not() {
-        assert_eq!(detect(&samples(&[5000.0; 12]), 60_000.0, 1000.0), None);
-        assert_eq!(detect(&samples(&[0.0, 0.0, 500.0]), 500.0, 1000.0), None);
+        assert_eq!(detect(&samples(&[5000.0; 12]), 60_000.0, 1000.0, 0.0), None);
         assert_eq!(
-            detect(&samples(&[40_000.0, 30_000.0, 0.0]), 70_000.0, 1000.0),
+            detect(&samples(&[0.0, 0.0, 500.0]), 500.0, 1000.0, 0.0),
             None
         );
         assert_eq!(
-            detect(&samples(&[40_000.0, 14_000.0, 0.0]), 54_000.0, 1000.0),
+            detect(&samples(&[40_000.0, 30_000.0, 0.0]), 70_000.0, 1000.0, 0.0),
+            None
+        );
+        assert_eq!(
+            detect(&samples(&[40_000.0, 14_000.0, 0.0]), 54_000.0, 1000.0, 0.0),
             None
         );
     }
@@ -126,6 +145,7 @@ mod tests {
             &samples(&[23_000.0, 2_560.0, 0.0, 2_560.0]),
             28_120.0,
             400.0,
+            0.0,
         )
         .expect("skew");
         let rate = skew.hot_rate(100.0, 410.0).expect("a rate");
@@ -133,13 +153,40 @@ mod tests {
         assert_eq!(skew.hot_rate(0.0, 410.0), None);
     }
 
+    #[test]
+    fn a_held_class_on_one_partition_is_not_a_hot_key() {
+        // Partition 7 holds 50 000 events, 49 000 of them a held class's (they stay where they
+        // are): the work waiting there is 1 000 at most, the others hold 1 100.
+        let mut backlogs = vec![100.0; 12];
+        backlogs[7] = 50_000.0;
+        assert_eq!(detect(&samples(&backlogs), 2_100.0, 1000.0, 49_000.0), None);
+        // A small held backlog leaves a hot key hot, with its share of the work only.
+        let skew = detect(&samples(&backlogs), 50_100.0, 1000.0, 1_000.0).expect("skew");
+        assert_eq!(skew.partition, "7");
+        assert!((skew.share - 49_000.0 / 50_100.0).abs() < 1e-9);
+    }
+
     proptest! {
+        #[test]
+        fn no_partition_is_hot_by_what_may_all_be_held(
+            backlogs in proptest::collection::vec(0.0..1e6f64, 2..64),
+            beyond in 0.0..1e6f64,
+        ) {
+            let most = backlogs.iter().copied().fold(0.0, f64::max);
+            let total: f64 = backlogs.iter().sum();
+            let held = most + beyond;
+            prop_assert_eq!(
+                detect(&samples(&backlogs), (total - held).max(0.0), 100.0, held),
+                None
+            );
+        }
+
         #[test]
         fn the_others_never_hold_more_than_the_backlog(
             backlogs in proptest::collection::vec(0.0..1e6f64, 2..64),
             scaling in 0.0..1e7f64,
         ) {
-            if let Some(skew) = detect(&samples(&backlogs), scaling, 100.0) {
+            if let Some(skew) = detect(&samples(&backlogs), scaling, 100.0, 0.0) {
                 prop_assert!(skew.share >= HOT_SHARE);
                 prop_assert!(skew.others_backlog <= scaling * (1.0 - HOT_SHARE) + 1e-6);
             }

@@ -382,7 +382,10 @@ fn scale(
     let skew = inputs
         .partition_backlogs
         .as_deref()
-        .and_then(|samples| partition_skew::detect(samples, values.scaling_backlog, lambda))
+        .and_then(|samples| {
+            let held = values.backlog - values.scaling_backlog;
+            partition_skew::detect(samples, values.scaling_backlog, lambda, held)
+        })
         .map(|skew| {
             let hot_rate = skew.hot_rate(values.oldest_age, lambda);
             let helped = hot_rate.is_some_and(|hot| hot < capacity);

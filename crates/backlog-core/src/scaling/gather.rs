@@ -152,11 +152,15 @@ pub(super) fn gather(
     });
     let settled = ready == current && !changed_lately;
     // Saturation is judged on the backlog the consumers work on: a held event class's
-    // backlog waits by design while the replicas idle.
-    let partitions_with_work = inputs
-        .partition_backlogs
-        .as_ref()
-        .map(|samples| samples.iter().filter(|p| p.backlog > 0.0).count());
+    // backlog waits by design while the replicas idle. Holding moves no event, and no query
+    // tells on which partitions it waits: a partition has work only beyond all of it, or
+    // one holding nothing but held events would count its idle owner as saturated.
+    let partitions_with_work = inputs.partition_backlogs.as_ref().map(|samples| {
+        samples
+            .iter()
+            .filter(|p| p.backlog > paused_backlog)
+            .count()
+    });
     let every_partition_busy = match (&inputs.partition_backlogs, partitions_with_work) {
         (Some(samples), Some(with_work)) => with_work == samples.len(),
         _ => true,

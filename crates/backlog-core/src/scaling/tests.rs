@@ -680,6 +680,29 @@ fn a_hot_partition_is_named_and_does_not_drive_the_count() {
 }
 
 #[test]
+fn a_held_class_waiting_on_one_partition_is_not_a_hot_key() {
+    // A held class left 200 000 events on partition 7 (holding moves none); the 40 000 the
+    // consumers work on are spread evenly: more consumers help, and no skew is claimed.
+    let mut backlogs = vec![40_000.0 / 12.0; 12];
+    backlogs[7] += 200_000.0;
+    let mut held = inputs(240_000.0, 1000.0, 400.0, 4);
+    held.paused_class_backlogs = vec![("refund".into(), value(200_000.0))];
+    held.partition_backlogs = Some(partition_samples(&backlogs));
+    let d = decide(&config(), &held, &ScalingMemory::default(), at(0));
+    assert!(
+        d.conditions
+            .iter()
+            .all(|c| c.type_ != PARTITION_SKEW || c.status != Truth::True),
+        "{}",
+        d.explanation
+    );
+    let mut spread = inputs(40_000.0, 1000.0, 400.0, 4);
+    spread.partition_backlogs = Some(partition_samples(&[40_000.0 / 12.0; 12]));
+    let plain = decide(&config(), &spread, &ScalingMemory::default(), at(0));
+    assert_eq!(d.desired, plain.desired, "{}", d.explanation);
+}
+
+#[test]
 fn a_hot_partition_a_consumer_can_carry_gets_a_consumer_with_room() {
     // 8 partitions; partition 0 receives 230/s of 410/s, the others 26/s each. Its consumer
     // keeps up only when it owns little else: 2 replicas leave it 4 partitions (307/s).
@@ -1226,6 +1249,39 @@ fn a_step_entering_the_window_as_another_leaves_refutes_nothing() {
     let slow = with_completions(inputs(11_147.0, 175.0, 90.0, 3), 250.0);
     let d = decide(&c, &slow, &memory, at(1425));
     assert_eq!(d.used.capacity_source, Some(CapacitySource::Measured));
+}
+
+#[test]
+fn partitions_holding_only_a_held_class_do_not_make_their_owners_saturated() {
+    // 4 replicas on 4 partitions, said to do 100/s each. A held class leaves 4000 events,
+    // 1000 on each partition (holding moves none); the 5000 the consumers work on all wait
+    // on partition 0. Its owner is the only saturated one: the 150/s the group completes is
+    // not 37.5/s per replica.
+    let c = with_prior(100.0, 4, 4);
+    let mut held = with_completions(inputs(9_000.0, 150.0, 40.0, 4), 150.0);
+    held.paused_class_backlogs = vec![("refund".into(), value(4_000.0))];
+    held.partition_backlogs = Some(partition_samples(&[6_000.0, 1_000.0, 1_000.0, 1_000.0]));
+    let busy_for_long = ScalingMemory {
+        busy_since: Some(at(0)),
+        ..ScalingMemory::default()
+    };
+    let d = decide(&c, &held, &busy_for_long, at(600));
+    assert_eq!(
+        d.used.capacity_source,
+        Some(CapacitySource::Configured),
+        "{}",
+        d.explanation
+    );
+    // The same backlog with nothing held is work on every partition: a measurement.
+    let mut working = held.clone();
+    working.paused_class_backlogs = vec![];
+    let d = decide(&c, &working, &busy_for_long, at(600));
+    assert_eq!(
+        d.used.capacity_source,
+        Some(CapacitySource::Measured),
+        "{}",
+        d.explanation
+    );
 }
 
 #[test]
