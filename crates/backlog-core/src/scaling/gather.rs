@@ -233,7 +233,7 @@ pub(super) fn gather(
             });
             let arrived = match (previous.produce_rate, produce_rate) {
                 (Some(before), Some(lambda))
-                    if steady_for_a_window && (before - lambda).abs() <= 0.05 * lambda =>
+                    if steady_for_a_window && held_still(before, lambda) =>
                 {
                     let hidden = window_lag(config, before, lambda, elapsed);
                     (before.min(lambda) - hidden).max(0.0)
@@ -273,7 +273,7 @@ pub(super) fn gather(
             let read = (lambda - (b - previous.backlog) / elapsed).max(0.0);
             let readable = after_pause && seconds_between(previous.value_since, now) > 0.0;
             match (previous.produce_rate, completion_rate) {
-                (Some(before), _) if readable && (before - lambda).abs() <= 0.05 * lambda => {
+                (Some(before), _) if readable && held_still(before, lambda) => {
                     Some(BusyCompletions::exact(read))
                 }
                 (Some(before), Some(completed)) if readable => {
@@ -459,6 +459,9 @@ pub(super) fn gather(
     }
 }
 
+/// A λ within this share of the previous poll's held still.
+const HELD_STILL_SHARE: f64 = 0.05;
+
 /// How far the arrivals the backlog shows may exceed the queried λ before they replace it: a
 /// gauge sampled between commits wobbles by a fraction of λ, and that is not a step.
 const RISE_TOLERANCE: f64 = 0.25;
@@ -503,6 +506,11 @@ pub(super) fn arrivals_seen_rising(
     .max(0.0);
     let seen = completing + (backlog - previous.backlog) / span;
     (seen > queried.max(0.0) * (1.0 + RISE_TOLERANCE)).then_some(seen)
+}
+
+/// λ moved by less than a rate window's own wobble since the previous poll, `before`.
+fn held_still(before: f64, lambda: f64) -> bool {
+    (before - lambda).abs() <= HELD_STILL_SHARE * lambda
 }
 
 /// How far arrivals per second over `seconds` may be from λ as its rate window reads it,
