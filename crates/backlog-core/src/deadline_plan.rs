@@ -189,6 +189,9 @@ const HOLD_AGE_SHARE: f64 = 0.9;
 /// Share of the age limit a lower count must stay under to be entered: the gap to
 /// `HOLD_AGE_SHARE` is the hysteresis between scaling down and holding.
 const DOWN_AGE_SHARE: f64 = 0.7;
+/// How far below λ the fullest count's capacity at the bound may read and still be λ: the
+/// bound is λ / ready, and its product with the count only rounds back to λ.
+const BOUND_ROUNDING: f64 = 1e-9;
 /// Completions within this share of λ keep up with it (rates read through windows differ
 /// by a little).
 pub(crate) const KEEPS_UP_SHARE: f64 = 0.99;
@@ -254,7 +257,7 @@ fn plan_for_queue(inputs: &PlanInputs<'_>, settings: &PlanSettings) -> Plan {
             .probed_seconds_ago
             .is_some_and(|ago| ago < inputs.measurement_seconds)
         && planner.capacity(current) < inputs.produce_rate;
-    if holds && probing {
+    if probing && (holds || planner.probe_holds(hold_limit)) {
         return planner.outcome(current, PlanReason::Probe);
     }
     // A probe goes below any count the bound allows: it comes first, or a scale-down to
@@ -371,7 +374,13 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
         return None;
     }
     let way_back = planner.fullest().max(inputs.current);
-    if planner.capacity(way_back) <= lambda {
+    // Idle consumers at the fullest count show only λ / ready: at the bound the way back
+    // completes what arrives and hardly more, and may never drain what a probe leaves.
+    // Asking it to, a group deployed at the partition count without a prior stayed there
+    // for good. The probe is judged by its age instead: should the consumers have no more
+    // room than the bound, the backlog it leaves stands (or drains slowly) at the way back
+    // with its oldest event within the down limit; consumers with no room would not idle.
+    if planner.capacity(way_back) < lambda * (1.0 - BOUND_ROUNDING) {
         return None;
     }
     let down_limit = DOWN_AGE_SHARE * settings.age_limit;
@@ -400,7 +409,6 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
                 settings.horizon.max(back_by),
             );
             outlook.peak_age <= down_limit
-                && outlook.end_backlog <= lambda * settings.poll
                 && planner.carries_returning_peaks(k, down_limit)
                 && planner.recovers_if_peak_returns(k, hold_limit)
         })
@@ -424,6 +432,36 @@ impl Planner<'_, '_> {
     fn useful(&self, low: u32, high: u32) -> impl Iterator<Item = u32> + '_ {
         (low.max(1)..=high)
             .filter(move |&k| k == self.inputs.floor || self.capacity(k) > self.capacity(k - 1))
+    }
+
+    /// A probe is held while, should the consumers have no more room than the bound, the
+    /// backlog it leaves until it is measured stands or drains at the way back with its
+    /// oldest event within `hold_limit`: where the way back only just keeps up at the bound,
+    /// no count drains it in time, and the scale-up rule would undo the probe at its first
+    /// poll, before it taught anything.
+    fn probe_holds(&self, hold_limit: f64) -> bool {
+        let inputs = self.inputs;
+        let lambda = inputs.produce_rate;
+        let way_back = self.fullest().max(inputs.current);
+        let keeps_up = self.capacity(way_back) >= lambda * (1.0 - BOUND_ROUNDING);
+        let Some(remaining) = inputs
+            .probed_seconds_ago
+            .map(|ago| (inputs.measurement_seconds - ago).max(0.0))
+        else {
+            return false;
+        };
+        let back_by = remaining + self.settings.pod_start + self.settings.rebalance;
+        keeps_up
+            && self
+                .predict_switching(
+                    inputs.current,
+                    way_back,
+                    remaining.max(self.settings.poll),
+                    &|_| lambda,
+                    self.settings.horizon.max(back_by),
+                )
+                .peak_age
+                <= hold_limit
     }
 
     /// The fewest replicas that complete what the cap completes: beyond them a consumer

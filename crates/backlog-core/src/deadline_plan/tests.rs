@@ -459,6 +459,17 @@ fn a_slowdown_measured_long_ago_is_tried_again_by_the_count_the_recovery_needs()
     assert_ne!(plan(&stale, &settings()).reason, PlanReason::Probe);
 }
 
+/// `idle` deployed at the cap of 16, its bound exactly λ / 16, a probe measured after 90 s.
+fn at_cap_exact(idle: PlanInputs<'_>) -> PlanInputs<'_> {
+    PlanInputs {
+        current: 16,
+        ready: 16,
+        per_replica_rate: 950.0 / 16.0,
+        measurement_seconds: 90.0,
+        ..idle
+    }
+}
+
 #[test]
 fn idle_consumers_with_only_a_lower_bound_try_fewer_replicas() {
     // 950/s over 12 idle replicas: 79/s each is all that is known. Even at that bound the
@@ -479,19 +490,42 @@ fn idle_consumers_with_only_a_lower_bound_try_fewer_replicas() {
     let p = plan(&idle, &shorter);
     assert_eq!(p.reason, PlanReason::Probe, "{p:?}");
     assert!(p.replicas > 1 && p.replicas < 12, "{p:?}");
-    // When the cap only just completes λ at the bound, nothing could undo a deficit.
+    // Deployed at the cap, the bound is λ / 16 and the way back only just completes λ (or
+    // a hair more, a rate read through a window): a probe's backlog would stand there for
+    // good if the bound were the truth. It is still tried, by its age: at the bound its
+    // oldest event stays within the down limit, so the worst it leaves is a young queue;
+    // refused, the group stayed at the cap for good.
     let mut at_cap = idle;
     at_cap.current = 16;
     at_cap.ready = 16;
-    at_cap.per_replica_rate = 950.0 / 16.0;
-    assert_ne!(plan(&at_cap, &settings()).reason, PlanReason::Probe);
-    // Nor when it completes a hair more (a rate read through a window, or rounding): the
-    // deficit would take hours to drain, not targetDrainTime.
-    for surplus in [1e-12, 1e-3] {
+    for surplus in [0.0, 1e-12, 1e-3] {
         at_cap.per_replica_rate = 950.0 / 16.0 * (1.0 + surplus);
         let p = plan(&at_cap, &settings());
-        assert_ne!(p.reason, PlanReason::Probe, "surplus {surplus}: {p:?}");
+        assert_eq!(p.reason, PlanReason::Probe, "surplus {surplus}: {p:?}");
+        assert!(p.replicas < 16, "surplus {surplus}: {p:?}");
+        assert!(
+            p.outlook.peak_age <= settings().age_limit,
+            "surplus {surplus}: {p:?}"
+        );
     }
+    // A poll into that probe it falls behind, as a probe at the bound must: it is held
+    // until it is measured, not undone before it taught anything.
+    let tried = plan(&at_cap_exact(idle), &settings()).replicas;
+    let mut probing = at_cap_exact(idle);
+    probing.current = tried;
+    probing.ready = tried;
+    probing.changed_seconds_ago = Some(15.0);
+    probing.probed_seconds_ago = Some(15.0);
+    probing.backlog_rising = true;
+    probing.queue = QueueNow::even(950.0 * 15.0, 15.0);
+    let p = plan(&probing, &settings());
+    assert_eq!((p.replicas, p.reason), (tried, PlanReason::Probe), "{p:?}");
+    // Once measured, the probe is over: the plan follows the measurement.
+    probing.probed_seconds_ago = Some(probing.measurement_seconds);
+    assert_ne!(plan(&probing, &settings()).reason, PlanReason::Probe);
+    // Below λ at the bound, the way back falls behind too: nothing could undo a deficit.
+    at_cap.per_replica_rate = 950.0 / 16.0 * 0.99;
+    assert_ne!(plan(&at_cap, &settings()).reason, PlanReason::Probe);
     // Work waiting means the consumers may be saturated already: no probe.
     let mut busy = idle;
     busy.queue = QueueNow::even(950.0 * 60.0, 60.0);
