@@ -110,12 +110,20 @@ fn runtime_default() -> SeccompProfile {
     }
 }
 
+/// Set by Kubernetes in an Indexed Job's pods, but only where the container does not set it
+/// itself: a template's own value would make every index run the same batch.
+const COMPLETION_INDEX_VAR: &str = "JOB_COMPLETION_INDEX";
+
 fn wire(container: &mut Container, env: &[EnvVar], mount: &FrozenMount<'_>) {
     let vars = container.env.get_or_insert_with(Vec::new);
-    vars.retain(|var| !env.iter().any(|ours| ours.name == var.name));
+    vars.retain(|var| {
+        var.name != COMPLETION_INDEX_VAR && !env.iter().any(|ours| ours.name == var.name)
+    });
     vars.extend(env.iter().cloned());
     let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
-    mounts.retain(|m| m.name != mount.volume && m.mount_path != mount.dir);
+    // A mount within the frozen directory (a file of another volume over the frozen list)
+    // would show the worker other ids than those approved, however the path is spelled.
+    mounts.retain(|m| m.name != mount.volume && !within(&m.mount_path, mount.dir));
     mounts.push(VolumeMount {
         name: mount.volume.to_owned(),
         mount_path: mount.dir.to_owned(),
@@ -123,4 +131,17 @@ fn wire(container: &mut Container, env: &[EnvVar], mount: &FrozenMount<'_>) {
         ..VolumeMount::default()
     });
     restrict_container(container);
+}
+
+/// `path` is `dir` or lies under it, compared by path components (`/etc//x/./y` is
+/// `/etc/x/y`); a `..` anywhere could lead anywhere, so it counts as within.
+fn within(path: &str, dir: &str) -> bool {
+    let components = |p: &str| -> Vec<String> {
+        p.split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .map(str::to_owned)
+            .collect()
+    };
+    let (path, dir) = (components(path), components(dir));
+    path.iter().any(|c| c == "..") || path.starts_with(&dir)
 }

@@ -355,6 +355,40 @@ mod tests {
     }
 
     #[test]
+    fn the_template_cannot_pick_the_batch_or_shadow_the_frozen_ids() {
+        // Its own JOB_COMPLETION_INDEX would make every index replay the same batch; a mount
+        // of another volume within the frozen directory, however spelled, would put other
+        // ids where the worker reads the approved ones. Mounts elsewhere stay.
+        let shadows = [
+            "/etc/backlog-replay/event-ids",
+            "/etc//backlog-replay/./event-ids",
+            "/etc/backlog-replay/",
+            "/etc/x/../backlog-replay/event-ids",
+        ];
+        let mut mounts: Vec<serde_json::Value> = shadows
+            .iter()
+            .enumerate()
+            .map(|(i, path)| serde_json::json!({"name": format!("other-{i}"), "mountPath": path, "subPath": "ids"}))
+            .collect();
+        mounts.push(serde_json::json!({"name": "cache", "mountPath": "/etc/backlog-replay-cache"}));
+        let replay = replay(serde_json::json!({"spec": {"containers": [{
+            "name": "w", "image": "tool:1",
+            "env": [{"name": "JOB_COMPLETION_INDEX", "value": "0"}],
+            "volumeMounts": mounts,
+        }]}}));
+        let job = build(&replay, &main_record(), &scope(), PACING, WORKER).unwrap();
+        let container = &job.spec.unwrap().template.spec.unwrap().containers[0];
+        assert!(!env_of(container).contains_key("JOB_COMPLETION_INDEX"));
+        let paths: Vec<&str> = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(paths, ["/etc/backlog-replay-cache", SCOPE_MOUNT_DIR]);
+    }
+
+    #[test]
     fn workers_are_restricted_unless_the_template_says_otherwise() {
         let replay = replay(serde_json::json!({"spec": {
             "containers": [
