@@ -245,9 +245,9 @@ pub struct ReplayScope {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5000), inner(length(min = 1, max = 253)))]
     #[x_kube(merge_strategy = kube::core::ListMerge::Set)]
-    // The same ids read from a ConfigMap are refused with whitespace or control characters:
-    // an id that differs from a stored one only in those matches nothing, or the wrong event
-    // once a worker trims it.
+    // The same ids read from a ConfigMap are refused on the same classes (whitespace,
+    // separators, control, format, private-use, unassigned): an id that differs from a stored
+    // one only in those matches nothing, or the wrong event once a worker strips it.
     #[x_kube(validation = Rule::new(format!("self.all(id, !id.matches('{INVISIBLE_CHARACTER}'))")).message("scope.eventIds: every id must be one token without whitespace or control characters, exactly as the dead-letter store holds it"))]
     pub event_ids: Vec<String>,
     /// A ConfigMap key holding the ids, one per line; copied at admission.

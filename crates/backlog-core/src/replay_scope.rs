@@ -71,7 +71,7 @@ pub enum ScopeProblem {
         length: usize,
     },
     #[error(
-        "{source_name} line {line}: event id {id:?} contains whitespace or control characters; put one id per line"
+        "{source_name} line {line}: event id {id:?} contains whitespace, a separator or an invisible (format, control, private-use or unassigned) character; put one id per line, as the source names it"
     )]
     Malformed {
         source_name: String,
@@ -93,7 +93,7 @@ pub fn parse_id_lines(text: &str, source_name: &str) -> Result<Vec<String>, Scop
         if id.is_empty() {
             continue;
         }
-        if id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if id.chars().any(unfit_for_an_id) {
             return Err(ScopeProblem::Malformed {
                 source_name: source_name.to_owned(),
                 line: number + 1,
@@ -113,6 +113,26 @@ pub fn parse_id_lines(text: &str, source_name: &str) -> Result<Vec<String>, Scop
     Ok(ids.into_iter().map(|(_, id)| id).collect())
 }
 
+/// Whitespace, separators (Z) and other (C: control, format, private use, surrogate,
+/// unassigned) characters, the classes the CRD refuses in inline ids: a zero-width space
+/// makes a second id of the same event, a right-to-left override shows the approver
+/// another id than the one replayed, and a byte-order mark matches nothing.
+fn unfit_for_an_id(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory as G, get_general_category};
+    c.is_whitespace()
+        || matches!(
+            get_general_category(c),
+            G::SpaceSeparator
+                | G::LineSeparator
+                | G::ParagraphSeparator
+                | G::Control
+                | G::Format
+                | G::PrivateUse
+                | G::Surrogate
+                | G::Unassigned
+        )
+}
+
 /// Ids given as a list (`scope.eventIds`): line numbers in messages are list positions + 1.
 pub fn check_id_list(ids: &[String], source_name: &str) -> Result<Vec<String>, ScopeProblem> {
     let numbered: Vec<(usize, String)> = ids
@@ -121,7 +141,7 @@ pub fn check_id_list(ids: &[String], source_name: &str) -> Result<Vec<String>, S
         .map(|(i, id)| (i + 1, id.trim().to_owned()))
         .collect();
     for (line, id) in &numbered {
-        if id.is_empty() || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if id.is_empty() || id.chars().any(unfit_for_an_id) {
             return Err(ScopeProblem::Malformed {
                 source_name: source_name.to_owned(),
                 line: *line,
@@ -264,6 +284,30 @@ mod tests {
             }
         );
         assert!(problem.to_string().contains("line 3"));
+    }
+
+    #[test]
+    fn ids_with_invisible_characters_are_refused_as_the_crd_refuses_them() {
+        // Zero-width space, byte-order mark, right-to-left override, soft hyphen, word
+        // joiner, a private-use and an unassigned code point.
+        for id in [
+            "evt-1\u{200B}",
+            "\u{FEFF}evt-2",
+            "evt-\u{202E}3",
+            "evt\u{AD}-4",
+            "evt-5\u{2060}",
+            "evt-\u{E000}6",
+            "evt-\u{0378}7",
+        ] {
+            let problem = parse_id_lines(&format!("ok\n{id}\n"), "cm").unwrap_err();
+            assert!(
+                matches!(problem, ScopeProblem::Malformed { line: 2, .. }),
+                "{id:?}: {problem:?}"
+            );
+            assert!(check_id_list(&[id.to_owned()], "spec.scope.eventIds").is_err());
+        }
+        // Letters and marks of any script are ids like any other.
+        assert!(parse_id_lines("évt-1\nсобытие-2\n注文-3\ne\u{301}vt-4\n", "cm").is_ok());
     }
 
     #[test]
