@@ -27,6 +27,7 @@ pub use crate::core::phase::CompensationPhase;
     category = "backlog",
     derive = "PartialEq",
     doc = "A compensation: a new business action with a contract (precondition, proposed action, evidence), approved by a second person and run once by the team's worker.",
+    validation = Rule::new("self.metadata.name.size() <= 63").message("metadata.name must be at most 63 characters: the worker's Job and pods carry it as a label value, refused only after approval otherwise"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Compensation Id",
