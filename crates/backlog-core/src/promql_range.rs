@@ -8,14 +8,20 @@
 /// Seconds of the longest range selector (`[5m]`) or subquery range (`[30m:1m]`) in `expr`;
 /// `None` when it has none (a recording rule's name, an instant vector).
 ///
-/// Brackets inside string literals (a label value such as `"a[1m]"`) and brackets that do not
-/// hold a duration are not ranges. A duration is Prometheus' syntax: one or more
+/// Brackets inside string literals (a label value such as `"a[1m]"`) or comments (`# was
+/// [1h]`) and brackets that do not hold a duration are not ranges. A duration is Prometheus' syntax: one or more
 /// `<number><unit>` with units `ms`, `s`, `m`, `h`, `d`, `w`, `y`, or a number of seconds.
 pub fn longest_range_seconds(expr: &str) -> Option<f64> {
     let mut longest: Option<f64> = None;
     let mut quote: Option<char> = None;
     let mut escaped = false;
+    let mut comment = false;
     for (at, c) in expr.char_indices() {
+        // A `#` outside a string comments out the rest of its line: a range there is none.
+        if comment {
+            comment = c != '\n';
+            continue;
+        }
         if let Some(open) = quote {
             // Backticks are raw strings in PromQL: no escapes inside them.
             if escaped {
@@ -29,6 +35,7 @@ pub fn longest_range_seconds(expr: &str) -> Option<f64> {
         }
         match c {
             '"' | '\'' | '`' => quote = Some(c),
+            '#' => comment = true,
             '[' => {
                 let rest = &expr[at + 1..];
                 let Some(close) = rest.find(']') else {
@@ -125,6 +132,19 @@ mod tests {
         assert_eq!(
             longest_range_seconds(r#"sum(x{path="quote \" then [10m]"})"#),
             None
+        );
+    }
+
+    #[test]
+    fn brackets_in_comments_are_not_ranges() {
+        assert_eq!(
+            longest_range_seconds("sum(rate(done[1m])) # was [1h] before the recording rule"),
+            Some(60.0)
+        );
+        // A comment ends with its line; a `#` inside a string starts none.
+        assert_eq!(
+            longest_range_seconds("sum(rate(a[1m])) # [1h]\n+ sum(rate(b{x=\"#\"}[2m]))"),
+            Some(120.0)
         );
     }
 

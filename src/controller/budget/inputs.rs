@@ -57,8 +57,9 @@ pub const PEAK_REFRESH: Duration = Duration::from_secs(300);
 pub fn peak_query(budget: &BacklogBudget) -> Option<String> {
     let expression = budget.spec.metrics.produce_rate.as_deref()?;
     let poll = crate::consumer::parse_go_duration(&budget.spec.poll_interval).ok()?;
+    // The expression ends its own line: a `#` comment in it would swallow the rest.
     Some(format!(
-        "max_over_time(({expression})[24h:{}])",
+        "max_over_time(({expression}\n)[24h:{}])",
         promql_duration(poll)
     ))
 }
@@ -298,7 +299,7 @@ mod tests {
             budget.spec.poll_interval = poll.into();
             assert_eq!(
                 peak_query(&budget).as_deref(),
-                Some(format!("max_over_time((sum(rate(p[1m])))[24h:{resolution}])").as_str()),
+                Some(format!("max_over_time((sum(rate(p[1m]))\n)[24h:{resolution}])").as_str()),
                 "poll {poll}"
             );
         }
