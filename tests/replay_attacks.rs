@@ -61,6 +61,7 @@ fn main() -> ExitCode {
             a_budget_cannot_point_the_operator_at_any_url,
             a_replay_cannot_point_the_operator_at_any_url,
             a_replay_deleted_and_created_again_inherits_nothing,
+            a_replay_held_in_deletion_stops_its_jobs,
             another_namespace_cannot_hold_up_a_queue,
             a_tenant_cannot_ask_or_approve_in_anothers_name,
             an_approved_spec_cannot_be_swapped,
@@ -1196,6 +1197,57 @@ fn a_template_that_is_not_a_pod_template_holds_up_no_other_replay(env: &TestEnv)
 
 // ---------------------------------------------------------------------------------------------
 // Identity and tenancy
+
+fn a_replay_held_in_deletion_stops_its_jobs(env: &TestEnv) {
+    // Deleting a replay deletes its Jobs only once it is gone, and a finalizer anyone with
+    // edit rights may add keeps it: meanwhile its Job must not replay on unwatched.
+    let world = world(env);
+    let ns = &world.team;
+    env.block_on(async {
+        let canary = running_canary(env, ns, "held", "a22.dlq").await;
+        let replays_as_mallory = Api::<ReplayJob>::namespaced(env.client("mallory"), ns);
+        let hold =
+            |finalizers: Value| Patch::Merge(json!({"metadata": {"finalizers": finalizers}}));
+        replays_as_mallory
+            .patch(
+                "held",
+                &PatchParams::default(),
+                &hold(json!(["example.com/hold"])),
+            )
+            .await
+            .expect("mallory adds a finalizer of her own");
+        replays_as_mallory
+            .delete("held", &DeleteParams::default())
+            .await
+            .expect("mallory deletes the replay");
+        wait_until(
+            STEP,
+            "the operator suspends the held replay's Job",
+            || async {
+                job(env, ns, &canary.name_any())
+                    .await?
+                    .spec?
+                    .suspend
+                    .filter(|s| *s)
+            },
+        )
+        .await;
+        // Let it go, so the namespace holds nothing of this test.
+        Api::<ReplayJob>::namespaced(env.admin(), ns)
+            .patch("held", &PatchParams::default(), &hold(json!(null)))
+            .await
+            .expect("the finalizer is removed");
+        wait_until(STEP, "the replay is gone", || async {
+            Api::<ReplayJob>::namespaced(env.admin(), ns)
+                .get_opt("held")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    });
+}
 
 fn a_replay_deleted_and_created_again_inherits_nothing(env: &TestEnv) {
     let world = world(env);

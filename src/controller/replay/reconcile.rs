@@ -134,7 +134,27 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
         name: name.clone(),
     })?;
     if replay.metadata.deletion_timestamp.is_some() {
-        // Being deleted: its Jobs and ConfigMap go with it (owner references); start nothing.
+        // Being deleted: its Jobs and ConfigMap go with it (owner references), but only once
+        // it is gone, which a finalizer anyone may add puts off for as long as it stays.
+        // Meanwhile its Jobs would run on unwatched, and the replays waiting behind it on
+        // the queue start beside them: they are suspended now (which stops their pods).
+        let jobs: Api<Job> = Api::namespaced(ctx.base.client.clone(), &namespace);
+        for stage in [StageName::Canary, StageName::Main] {
+            let job_name = job_name(&name, &uid, stage);
+            let found = jobs
+                .get_opt(&job_name)
+                .await
+                .during(|| ApiCall::on::<Job>(Verb::Get, &namespace, &job_name))?;
+            let ours_and_running = found.is_some_and(|found| {
+                found.owner_references().iter().any(|o| o.uid == uid)
+                    && found.spec.as_ref().and_then(|s| s.suspend) != Some(true)
+            });
+            if ours_and_running {
+                job::set_suspend(&jobs, &job_name, true)
+                    .await
+                    .during(|| ApiCall::on::<Job>(Verb::Patch, &namespace, &job_name))?;
+            }
+        }
         for child in [
             Child::Scope,
             Child::Audit,
