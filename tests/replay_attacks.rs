@@ -65,6 +65,7 @@ fn main() -> ExitCode {
             another_namespace_cannot_hold_up_a_queue,
             a_tenant_cannot_ask_or_approve_in_anothers_name,
             an_approved_spec_cannot_be_swapped,
+            an_approval_cannot_change_what_it_approves,
             a_tenant_cannot_touch_the_policies,
             a_template_that_is_not_a_pod_template_holds_up_no_other_replay,
         ],
@@ -1400,6 +1401,47 @@ fn an_approved_spec_cannot_be_swapped(env: &TestEnv) {
             let message = refused(patch(&env.client("mallory"), ns, "approved", change).await, what);
             assert_mentions(&message, &["only spec.suspend may change"], what);
         }
+    });
+}
+
+fn an_approval_cannot_change_what_it_approves(env: &TestEnv) {
+    // bob may approve, but not approve a spec of his own making in the same request: four
+    // eyes would be his alone.
+    let world = world(env);
+    let ns = &world.team;
+    env.block_on(async {
+        let mut body = replay("rewritten", "alice", "a25.dlq", &["e-1"]);
+        body["spec"]["suspend"] = json!(true);
+        create(&env.client("alice"), ns, body)
+            .await
+            .expect("alice asks");
+        let (sha, _) = frozen(env, ns, "rewritten").await;
+        let approval = json!({"approvedBy": "bob", "reference": "CAB-8", "scopeSha256": sha});
+        for (what, change) in [
+            (
+                "the destination",
+                json!({"destination": {"queue": "payments"}}),
+            ),
+            (
+                "the batches",
+                json!({"batches": {"size": 1000, "canary": 1, "ratePerSecond": 1000}}),
+            ),
+            ("the reason", json!({"reason": "bob's own reason"})),
+        ] {
+            let mut spec = change;
+            spec["approval"] = approval.clone();
+            let message = refused(
+                patch(&env.client("bob"), ns, "rewritten", json!({"spec": spec})).await,
+                what,
+            );
+            assert_mentions(&message, &["may change nothing else in spec"], what);
+        }
+        // The approval alone, with the suspension lifted, passes.
+        let mut spec = json!({"suspend": false});
+        spec["approval"] = approval;
+        patch(&env.client("bob"), ns, "rewritten", json!({"spec": spec}))
+            .await
+            .expect("bob approves what alice asked for");
     });
 }
 
