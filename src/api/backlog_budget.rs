@@ -27,6 +27,7 @@ pub use crate::core::phase::BudgetPhase;
     category = "backlog",
     derive = "PartialEq",
     doc = "A consumer workload and its promise in time: the oldest unfinished event must finish before completionDeadline.",
+    validation = Rule::new("self.metadata.name.size() <= 245").message("metadata.name must be at most 245 characters: the budget's control document is the ConfigMap <name>-control"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Replicas",
