@@ -9,8 +9,9 @@
 /// `None` when it has none (a recording rule's name, an instant vector).
 ///
 /// Brackets inside string literals (a label value such as `"a[1m]"`) or comments (`# was
-/// [1h]`) and brackets that do not hold a duration are not ranges. A duration is Prometheus' syntax: one or more
-/// `<number><unit>` with units `ms`, `s`, `m`, `h`, `d`, `w`, `y`, or a number of seconds.
+/// [1h]`) and brackets that do not hold a duration are not ranges. A duration is Prometheus'
+/// syntax: one or more `<number><unit>` with units `ms`, `s`, `m`, `h`, `d`, `w`, `y`, or a
+/// number of seconds.
 pub fn longest_range_seconds(expr: &str) -> Option<f64> {
     let mut longest: Option<f64> = None;
     let mut quote: Option<char> = None;
