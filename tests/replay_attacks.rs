@@ -338,6 +338,20 @@ async fn wait_halt(env: &TestEnv, namespace: &str, name: &str) -> Condition {
         .expect("a Halted condition")
 }
 
+/// Waits until ReplayJob `name` no longer exists.
+async fn wait_gone(env: &TestEnv, namespace: &str, name: &str) {
+    let admin = env.admin();
+    wait_until(STEP, &format!("ReplayJob {name} is gone"), || async {
+        Api::<ReplayJob>::namespaced(admin.clone(), namespace)
+            .get_opt(name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 /// The frozen scope's sha256 and ConfigMap, once frozen.
 async fn frozen(env: &TestEnv, namespace: &str, name: &str) -> (String, String) {
     let admin = env.admin();
@@ -1238,15 +1252,7 @@ fn a_replay_held_in_deletion_stops_its_jobs(env: &TestEnv) {
             .patch("held", &PatchParams::default(), &hold(json!(null)))
             .await
             .expect("the finalizer is removed");
-        wait_until(STEP, "the replay is gone", || async {
-            Api::<ReplayJob>::namespaced(env.admin(), ns)
-                .get_opt("held")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        wait_gone(env, ns, "held").await;
     });
 }
 
@@ -1261,15 +1267,7 @@ fn a_replay_deleted_and_created_again_inherits_nothing(env: &TestEnv) {
             .delete("reborn", &DeleteParams::default())
             .await
             .expect("mallory deletes alice's replay (edit rights)");
-        wait_until(STEP, "the replay is gone", || async {
-            Api::<ReplayJob>::namespaced(env.admin(), ns)
-                .get_opt("reborn")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        wait_gone(env, ns, "reborn").await;
         // Under the same name, with bob's approval copied: refused.
         let mut body = replay("reborn", "mallory", "a21.dlq", &["e-1", "victim-1"]);
         body["spec"]["approval"] = serde_json::to_value(&approval).expect("approval");

@@ -373,16 +373,13 @@ fn probe_count(planner: &Planner<'_, '_>, hold_limit: f64) -> Option<u32> {
     if !inputs.capacity_is_lower_bound || !idle || started {
         return None;
     }
-    let way_back = planner.fullest().max(inputs.current);
     // Idle consumers at the fullest count show only λ / ready: at the bound the way back
     // completes what arrives and hardly more, and may never drain what a probe leaves.
     // Asking it to, a group deployed at the partition count without a prior stayed there
     // for good. The probe is judged by its age instead: should the consumers have no more
     // room than the bound, the backlog it leaves stands (or drains slowly) at the way back
     // with its oldest event within the down limit; consumers with no room would not idle.
-    if planner.capacity(way_back) < lambda * (1.0 - BOUND_ROUNDING) {
-        return None;
-    }
+    let way_back = planner.probe_way_back()?;
     let down_limit = DOWN_AGE_SHARE * settings.age_limit;
     // A probe undone before it is measured teaches nothing and costs two rebalances: it must
     // be able to last until its completions are a measurement.
@@ -442,26 +439,29 @@ impl Planner<'_, '_> {
     fn probe_holds(&self, hold_limit: f64) -> bool {
         let inputs = self.inputs;
         let lambda = inputs.produce_rate;
-        let way_back = self.fullest().max(inputs.current);
-        let keeps_up = self.capacity(way_back) >= lambda * (1.0 - BOUND_ROUNDING);
-        let Some(remaining) = inputs
-            .probed_seconds_ago
-            .map(|ago| (inputs.measurement_seconds - ago).max(0.0))
-        else {
+        let (Some(way_back), Some(ago)) = (self.probe_way_back(), inputs.probed_seconds_ago) else {
             return false;
         };
+        let remaining = (inputs.measurement_seconds - ago).max(0.0);
         let back_by = remaining + self.settings.pod_start + self.settings.rebalance;
-        keeps_up
-            && self
-                .predict_switching(
-                    inputs.current,
-                    way_back,
-                    remaining.max(self.settings.poll),
-                    &|_| lambda,
-                    self.settings.horizon.max(back_by),
-                )
-                .peak_age
-                <= hold_limit
+        self.predict_switching(
+            inputs.current,
+            way_back,
+            remaining.max(self.settings.poll),
+            &|_| lambda,
+            self.settings.horizon.max(back_by),
+        )
+        .peak_age
+            <= hold_limit
+    }
+
+    /// The count a probe goes back to (the fullest, or the group's own if larger), where at
+    /// the bound it completes λ at least: below λ it would fall behind too, and no probe
+    /// has a way back.
+    fn probe_way_back(&self) -> Option<u32> {
+        let way_back = self.fullest().max(self.inputs.current);
+        (self.capacity(way_back) >= self.inputs.produce_rate * (1.0 - BOUND_ROUNDING))
+            .then_some(way_back)
     }
 
     /// The fewest replicas that complete what the cap completes: beyond them a consumer
