@@ -385,6 +385,16 @@ async fn job(env: &TestEnv, namespace: &str, name: &str) -> Option<Job> {
         .expect("read a Job")
 }
 
+/// `Some(())` once Job `name` exists and is suspended.
+async fn suspended(env: &TestEnv, namespace: &str, name: String) -> Option<()> {
+    job(env, namespace, &name)
+        .await?
+        .spec?
+        .suspend
+        .filter(|s| *s)
+        .map(|_| ())
+}
+
 /// alice asks for `name`, bob approves it, the canary Job is created and its uid recorded.
 async fn running_canary(env: &TestEnv, namespace: &str, name: &str, queue: &str) -> Job {
     create(
@@ -945,14 +955,8 @@ fn an_edited_job_halts_and_stays_suspended(env: &TestEnv) {
             &[&canary.name_any(), "spec.parallelism is 5, not 1"],
             "edited",
         );
-        let suspended = || async {
-            job(env, ns, &canary.name_any())
-                .await?
-                .spec?
-                .suspend
-                .filter(|s| *s)
-        };
-        wait_until(STEP, "the operator suspends its Job", suspended).await;
+        let its_job_suspended = || suspended(env, ns, canary.name_any());
+        wait_until(STEP, "the operator suspends its Job", its_job_suspended).await;
         // She resumes it: the halted replay suspends it again.
         jobs_as_mallory
             .patch(
@@ -962,7 +966,7 @@ fn an_edited_job_halts_and_stays_suspended(env: &TestEnv) {
             )
             .await
             .expect("mallory resumes the Job");
-        wait_until(STEP, "the operator suspends it again", suspended).await;
+        wait_until(STEP, "the operator suspends it again", its_job_suspended).await;
         assert_eq!(
             get(&env.admin(), ns, "edited")
                 .await
@@ -1235,17 +1239,9 @@ fn a_replay_held_in_deletion_stops_its_jobs(env: &TestEnv) {
             .delete("held", &DeleteParams::default())
             .await
             .expect("mallory deletes the replay");
-        wait_until(
-            STEP,
-            "the operator suspends the held replay's Job",
-            || async {
-                job(env, ns, &canary.name_any())
-                    .await?
-                    .spec?
-                    .suspend
-                    .filter(|s| *s)
-            },
-        )
+        wait_until(STEP, "the operator suspends the held replay's Job", || {
+            suspended(env, ns, canary.name_any())
+        })
         .await;
         // Let it go, so the namespace holds nothing of this test.
         Api::<ReplayJob>::namespaced(env.admin(), ns)
