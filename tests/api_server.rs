@@ -518,7 +518,7 @@ fn replay_scope_and_requester_are_immutable(env: &TestEnv) {
             .expect("spec.batches.size may change");
         assert_eq!(resized.spec.batches.size, 3);
         let approved = merge(
-            json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64)}}}),
+            json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64), "specSha256": "0".repeat(64)}}}),
         )
         .await
         .expect("an approval may be added after creation");
@@ -672,7 +672,7 @@ fn printer_columns_show_in_the_server_table(env: &TestEnv) {
             .patch(
                 "orders-schema-fix-replay",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64)}}})),
+                &Patch::Merge(json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64), "specSha256": "0".repeat(64)}}})),
             )
             .await
             .expect("approve the example replay");

@@ -952,17 +952,8 @@ async fn run_a_replay(env: &TestEnv, namespace: &str) {
         .await
         .expect("alice asks for a replay in her own name");
     let replays = Api::<ReplayJob>::namespaced(env.admin(), namespace);
-    let sha = wait_until(STEP, "the scope is frozen", || async {
-        replays
-            .get("refunds")
-            .await
-            .ok()?
-            .status?
-            .scope
-            .map(|s| s.sha256)
-    })
-    .await;
-    let approve = |user: &str| json!({"spec": {"approval": {"approvedBy": user, "reference": "CAB-1", "scopeSha256": sha}}});
+    let review = support::four_eyes::review_replay(&env.admin(), namespace, "refunds").await;
+    let approve = |user: &str| review.approval(user, "CAB-1");
     let refused = replays_as("alice")
         .patch(
             "refunds",

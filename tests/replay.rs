@@ -27,6 +27,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::exporter::Exporter;
+use support::four_eyes::review_replay;
 use support::operator::Operator;
 use support::process::{Launch, OperatorProcess, kubeconfig_with_token};
 use support::refusal::{assert_mentions, refused};
@@ -158,37 +159,40 @@ async fn patch_as(
         .await
 }
 
-/// The frozen scope's sha256 once the status has it (an approval signs it).
-async fn frozen_sha(client: &Client, namespace: &str, name: &str) -> String {
-    wait_until(
-        STEP,
-        &format!("ReplayJob {name}'s scope is frozen"),
-        || async {
-            get_replay(client, namespace, name)
-                .await
-                .status
-                .and_then(|s| s.scope)
-                .map(|s| s.sha256)
-        },
-    )
-    .await
-}
-
-/// `approver` approves the frozen scope of the replay, as shown in its status.
+/// `approver` approves the frozen scope and the spec of the replay, as its status shows them.
 async fn approve_as(
     client: &Client,
     namespace: &str,
     name: &str,
     approver: &str,
 ) -> Result<ReplayJob, kube::Error> {
-    let sha = frozen_sha(client, namespace, name).await;
+    let review = review_replay(client, namespace, name).await;
     patch_as(
         client,
         namespace,
         name,
-        json!({"spec": {"approval": {"approvedBy": approver, "reference": "CAB-2026-118", "scopeSha256": sha}}}),
+        review.approval(approver, "CAB-2026-118"),
     )
     .await
+}
+
+/// Writes, as the operator's ServiceAccount, the spec digest the operator would for the
+/// replay's current generation (for tests that run no operator).
+async fn digest_as_the_operator(env: &TestEnv, namespace: &str, name: &str, digest: &str) {
+    let generation = get_replay(&env.admin(), namespace, name)
+        .await
+        .metadata
+        .generation;
+    Api::<ReplayJob>::namespaced(operator_client(env), namespace)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"observedGeneration": generation, "specSha256": digest}}),
+            ),
+        )
+        .await
+        .expect("the operator writes the status");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -657,7 +661,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
             .expect("alice creates her own replay");
 
         // (f) No approval before the scope is frozen: it would name no list.
-        let early = json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64)}}});
+        let early = json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "0".repeat(64), "specSha256": "0".repeat(64)}}});
         let message = refused(
             patch_as(&bob, &namespace, "orders", early).await,
             "bob approving before the freeze",
@@ -680,8 +684,10 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
             .patch_status("orders", &PatchParams::default(), &Patch::Merge(frozen))
             .await
             .expect("the operator writes the status");
+        let first_spec = sha256_hex("the spec alice asked for");
+        digest_as_the_operator(env, &namespace, "orders", &first_spec).await;
         // (f) An approval of another list is refused, naming the frozen one.
-        let other = json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "f".repeat(64)}}});
+        let other = json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "f".repeat(64), "specSha256": first_spec}}});
         let message = refused(
             patch_as(&bob, &namespace, "orders", other).await,
             "bob approving another list",
@@ -750,9 +756,30 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
         patch_as(&bob, &namespace, "orders", json!({"spec": {"approval": null}}))
             .await
             .expect("bob withdraws his approval before the start");
+        // The operator would have digested the suspension and the withdrawal by now.
+        digest_as_the_operator(env, &namespace, "orders", &first_spec).await;
+        let before_the_edit = review_replay(&bob, &namespace, "orders").await;
         patch_as(&alice, &namespace, "orders", json!({"spec": {"batches": {"size": 3}}}))
             .await
             .expect("alice edits the unapproved replay");
+        // (h) An approval names the spec it covers: until the operator has digested the edit,
+        // no approval is taken, and one of the spec before the edit never is.
+        let message = refused(
+            patch_as(&bob, &namespace, "orders", before_the_edit.approval("bob", "CAB-2")).await,
+            "bob approving before the operator digested alice's edit",
+        );
+        assert_mentions(&message, &["changes the operator has not digested yet", "status.specSha256"], "(h)");
+        let edited_spec = sha256_hex("the spec alice edited");
+        digest_as_the_operator(env, &namespace, "orders", &edited_spec).await;
+        let message = refused(
+            patch_as(&bob, &namespace, "orders", before_the_edit.approval("bob", "CAB-2")).await,
+            "bob approving the spec he read before alice's edit",
+        );
+        assert_mentions(
+            &message,
+            &["spec.approval.specSha256 must equal status.specSha256", &edited_spec],
+            "(h)",
+        );
         approve_as(&bob, &namespace, "orders", "bob")
             .await
             .expect("bob approves again");

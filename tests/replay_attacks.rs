@@ -32,6 +32,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use support::four_eyes::{ReplayReview, review_replay};
 use support::helm::Helm;
 use support::identity::{client_with_token, service_account_token};
 use support::operator::Operator;
@@ -66,6 +67,7 @@ fn main() -> ExitCode {
             a_tenant_cannot_ask_or_approve_in_anothers_name,
             an_approved_spec_cannot_be_swapped,
             an_approval_cannot_change_what_it_approves,
+            an_approval_covers_only_the_spec_it_read,
             a_tenant_cannot_touch_the_policies,
             a_template_that_is_not_a_pod_template_holds_up_no_other_replay,
         ],
@@ -366,14 +368,14 @@ async fn frozen(env: &TestEnv, namespace: &str, name: &str) -> (String, String) 
     .await
 }
 
-/// bob approves the frozen list.
+/// bob approves the frozen list and the spec, as he reads them now.
 async fn approve(env: &TestEnv, namespace: &str, name: &str) -> Result<ReplayJob, kube::Error> {
-    let (sha, _) = frozen(env, namespace, name).await;
+    let review = review_replay(&env.admin(), namespace, name).await;
     patch(
         &env.client("bob"),
         namespace,
         name,
-        json!({"spec": {"approval": {"approvedBy": "bob", "reference": "CAB-7", "scopeSha256": sha}}}),
+        review.approval("bob", "CAB-7"),
     )
     .await
 }
@@ -666,7 +668,7 @@ fn an_approval_before_the_freeze_is_refused(env: &TestEnv) {
                 &env.client("bob"),
                 ns,
                 "early",
-                json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": sha256_hex("e-1\n")}}}),
+                json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": sha256_hex("e-1\n"), "specSha256": sha256_hex("{}")}}}),
             )
             .await,
             "bob approving before the freeze",
@@ -679,23 +681,36 @@ fn an_approval_of_another_list_is_refused(env: &TestEnv) {
     let world = world(env);
     let ns = &world.team;
     env.block_on(async {
-        create(&env.client("alice"), ns, replay("other-list", "alice", "a05.dlq", &["e-1", "e-2"]))
-            .await
-            .expect("alice asks");
-        let (sha, config_map) = frozen(env, ns, "other-list").await;
+        create(
+            &env.client("alice"),
+            ns,
+            replay("other-list", "alice", "a05.dlq", &["e-1", "e-2"]),
+        )
+        .await
+        .expect("alice asks");
+        let review = review_replay(&env.admin(), ns, "other-list").await;
+        let (sha, config_map) = (review.scope_sha256.clone(), review.config_map.clone());
+        let other = ReplayReview {
+            scope_sha256: sha256_hex("e-1\nvictim-1\n"),
+            ..review
+        };
         let message = refused(
             patch(
                 &env.client("bob"),
                 ns,
                 "other-list",
-                json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": sha256_hex("e-1\nvictim-1\n")}}}),
+                other.approval("bob", "CAB-7"),
             )
             .await,
             "bob approving another list",
         );
         assert_mentions(
             &message,
-            &["spec.approval.scopeSha256 must equal status.scope.sha256", &sha, &config_map],
+            &[
+                "spec.approval.scopeSha256 must equal status.scope.sha256",
+                &sha,
+                &config_map,
+            ],
             "sha",
         );
     });
@@ -1361,16 +1376,10 @@ fn a_tenant_cannot_ask_or_approve_in_anothers_name(env: &TestEnv) {
         create(&env.client("alice"), ns, replay("alices", "alice", "a23.dlq", &["e-1"]))
             .await
             .expect("alice asks");
-        let (sha, _) = frozen(env, ns, "alices").await;
+        let review = review_replay(&env.admin(), ns, "alices").await;
         for approver in ["mallory", "bob"] {
             let message = refused(
-                patch(
-                    &env.client("mallory"),
-                    ns,
-                    "alices",
-                    json!({"spec": {"approval": {"approvedBy": approver, "scopeSha256": sha}}}),
-                )
-                .await,
+                patch(&env.client("mallory"), ns, "alices", review.approval(approver, "CAB-7")).await,
                 &format!("mallory approving as {approver}"),
             );
             assert_mentions(&message, &["may only be set, changed or removed by a member of the group backlog-approvers", "mallory is not one"], "approve");
@@ -1409,8 +1418,8 @@ fn an_approval_cannot_change_what_it_approves(env: &TestEnv) {
         create(&env.client("alice"), ns, body)
             .await
             .expect("alice asks");
-        let (sha, _) = frozen(env, ns, "rewritten").await;
-        let approval = json!({"approvedBy": "bob", "reference": "CAB-8", "scopeSha256": sha});
+        let review = review_replay(&env.admin(), ns, "rewritten").await;
+        let approval = review.approval("bob", "CAB-8")["spec"]["approval"].clone();
         for (what, change) in [
             (
                 "the destination",
@@ -1436,6 +1445,52 @@ fn an_approval_cannot_change_what_it_approves(env: &TestEnv) {
         patch(&env.client("bob"), ns, "rewritten", json!({"spec": spec}))
             .await
             .expect("bob approves what alice asked for");
+    });
+}
+
+fn an_approval_covers_only_the_spec_it_read(env: &TestEnv) {
+    // alice edits between bob's review and his approval: the approval must not cover an edit
+    // bob never saw, whatever the edit is.
+    let world = world(env);
+    let ns = &world.team;
+    env.block_on(async {
+        let mut body = replay("reread", "alice", "a26.dlq", &["e-1"]);
+        body["spec"]["suspend"] = json!(true);
+        create(&env.client("alice"), ns, body).await.expect("alice asks");
+        let mut read = review_replay(&env.admin(), ns, "reread").await;
+        for (what, change) in [
+            ("the destination", json!({"destination": {"queue": "payments"}})),
+            ("the pace", json!({"batches": {"ratePerSecond": 1000}})),
+            ("the image", json!({"template": {"spec": {"containers": [{"name": "replay", "image": format!("registry.example.com/mallory/tool@sha256:{}", "e".repeat(64))}]}}})),
+        ] {
+            patch(&env.client("alice"), ns, "reread", json!({"spec": change}))
+                .await
+                .unwrap_or_else(|e| panic!("alice changes {what} before the approval: {e}"));
+            let now = review_replay(&env.admin(), ns, "reread").await;
+            assert_ne!(now.spec_sha256, read.spec_sha256, "{what} changes the digest");
+            assert_eq!(now.scope_sha256, read.scope_sha256, "{what} leaves the list");
+            let message = refused(
+                patch(&env.client("bob"), ns, "reread", read.approval("bob", "CAB-9")).await,
+                &format!("bob approving what he read before alice changed {what}"),
+            );
+            assert_mentions(
+                &message,
+                &["spec.approval.specSha256 must equal status.specSha256", &now.spec_sha256],
+                what,
+            );
+            read = now;
+        }
+        // Approving what the spec says now counts, for the API server and for the operator.
+        patch(&env.client("bob"), ns, "reread", read.approval("bob", "CAB-9"))
+            .await
+            .expect("bob approves the spec he read last");
+        wait_until(STEP, "the operator takes bob's approval", || async {
+            let status = get(&env.admin(), ns, "reread").await.status?;
+            (status.approved_by.as_deref() == Some("bob")
+                && status.spec_sha256.as_deref() == Some(read.spec_sha256.as_str()))
+            .then_some(())
+        })
+        .await;
     });
 }
 

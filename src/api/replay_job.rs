@@ -313,6 +313,12 @@ pub struct Approval {
     #[schemars(length(min = 64, max = 64))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')").message("approval.scopeSha256 must be the 64 lowercase hex digits of status.scope.sha256, the frozen list you reviewed"))]
     pub scope_sha256: String,
+    /// The sha256 of the rest of the spec the approver reviewed (`status.specSha256`, read
+    /// together with a `status.observedGeneration` equal to `metadata.generation`): an edit
+    /// between the review and the approval makes the approval refused, not silently cover it.
+    #[schemars(length(min = 64, max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')").message("approval.specSha256 must be the 64 lowercase hex digits of status.specSha256, the spec you reviewed"))]
+    pub spec_sha256: String,
 }
 
 /// How the replay is cut and paced.
@@ -371,6 +377,10 @@ pub struct ReplayJobStatus {
     /// The frozen scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<FrozenScope>,
+    /// sha256 of the spec of `observedGeneration` without `approval` and `suspend`: what an
+    /// approval names in `spec.approval.specSha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

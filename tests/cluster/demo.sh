@@ -114,10 +114,12 @@ step "a replay: alice asks, bob approves, the reference worker runs as Indexed J
 "$kubectl" --context alice apply -f examples/demo/replay.yaml
 "$kubectl" -n demo wait rj/orders-schema-fix --for=jsonpath='{.status.phase}'=AwaitingApproval --timeout=60s
 "$kubectl" --context alice -n demo get rj orders-schema-fix
-# bob approves exactly the frozen list, by its sha256.
-sha=$("$kubectl" --context bob -n demo get rj orders-schema-fix -o jsonpath='{.status.scope.sha256}')
+# bob approves exactly the frozen list and the spec he read, by their sha256s (one read, so
+# the two belong together; the API server refuses them if alice edited since).
+read -r scope_sha spec_sha < <("$kubectl" --context bob -n demo get rj orders-schema-fix \
+  -o jsonpath='{.status.scope.sha256} {.status.specSha256}{"\n"}')
 "$kubectl" --context bob -n demo patch rj orders-schema-fix --type merge \
-  -p '{"spec":{"approval":{"approvedBy":"bob","reference":"CAB-2026-118","scopeSha256":"'"$sha"'"}}}'
+  -p '{"spec":{"approval":{"approvedBy":"bob","reference":"CAB-2026-118","scopeSha256":"'"$scope_sha"'","specSha256":"'"$spec_sha"'"}}}'
 "$kubectl" -n demo wait rj/orders-schema-fix --for=jsonpath='{.status.phase}'=Succeeded --timeout=180s
 "$kubectl" -n demo get rj orders-schema-fix
 "$kubectl" -n demo get jobs -l backlog.dev/replay=orders-schema-fix

@@ -295,16 +295,27 @@ pub fn argo_and_kstatus_read_the_operators_statuses(env: &TestEnv) {
         .await;
         // Compensations: one waiting for approval, one that succeeds, one whose precondition
         // moved on.
-        for (name, current) in [("comp-waiting", None), ("comp-done", None), ("comp-moved", Some("REFUNDED@8"))] {
+        for (name, current) in [
+            ("comp-waiting", None),
+            ("comp-done", None),
+            ("comp-moved", Some("REFUNDED@8")),
+        ] {
             create::<Compensation>(env, &namespace, compensation(name, current)).await;
         }
         for name in ["comp-done", "comp-moved"] {
             let compensations = Api::<Compensation>::namespaced(env.admin(), &namespace);
             let sha = wait_until(STEP, "the compensation's request is frozen", || async {
-                compensations.get(name).await.ok()?.status?.request.map(|r| r.sha256)
+                compensations
+                    .get(name)
+                    .await
+                    .ok()?
+                    .status?
+                    .request
+                    .map(|r| r.sha256)
             })
             .await;
-            let approval = json!({"spec": {"approval": {"approvedBy": "bob", "requestSha256": sha}}});
+            let approval =
+                json!({"spec": {"approval": {"approvedBy": "bob", "requestSha256": sha}}});
             compensations
                 .patch(name, &PatchParams::default(), &Patch::Merge(&approval))
                 .await
@@ -312,12 +323,10 @@ pub fn argo_and_kstatus_read_the_operators_statuses(env: &TestEnv) {
         }
         for name in ["done", "broken"] {
             let replays = Api::<ReplayJob>::namespaced(env.admin(), &namespace);
-            // An approval names the frozen list it covers.
-            let sha = wait_until(STEP, "the replay's scope is frozen", || async {
-                replays.get(name).await.ok()?.status?.scope.map(|s| s.sha256)
-            })
-            .await;
-            let approval = json!({"spec": {"approval": {"approvedBy": "bob", "reference": "CAB-1", "scopeSha256": sha}}});
+            // An approval names the frozen list and the spec it covers.
+            let approval = crate::support::four_eyes::review_replay(&env.admin(), &namespace, name)
+                .await
+                .approval("bob", "CAB-1");
             replays
                 .patch(name, &PatchParams::default(), &Patch::Merge(&approval))
                 .await

@@ -266,3 +266,47 @@ pub async fn kubectl(env: &TestEnv, args: &[&str]) -> Result<String, String> {
         Err(String::from_utf8_lossy(&output.stderr).into_owned())
     }
 }
+
+/// What an approver reads before approving a replay: the frozen list and the digest of the
+/// rest of the spec, both as the operator wrote them for the stored generation.
+#[derive(Clone, Debug)]
+pub struct ReplayReview {
+    pub scope_sha256: String,
+    pub config_map: String,
+    pub spec_sha256: String,
+}
+
+impl ReplayReview {
+    /// The merge patch by which `approver` approves what was reviewed.
+    pub fn approval(&self, approver: &str, reference: &str) -> Value {
+        json!({"spec": {"approval": {
+            "approvedBy": approver,
+            "reference": reference,
+            "scopeSha256": self.scope_sha256,
+            "specSha256": self.spec_sha256,
+        }}})
+    }
+}
+
+/// Waits until ReplayJob `name`'s status describes its stored spec (the scope frozen, the
+/// spec digested at `metadata.generation`) and returns what an approver reads there.
+pub async fn review_replay(client: &kube::Client, namespace: &str, name: &str) -> ReplayReview {
+    let replays = Api::<ReplayJob>::namespaced(client.clone(), namespace);
+    wait_until(
+        STEP,
+        &format!("ReplayJob {name}'s scope is frozen and its spec digested"),
+        || async {
+            let replay = replays.get(name).await.ok()?;
+            let status = replay.status?;
+            let scope = status.scope?;
+            (status.observed_generation.is_some()
+                && status.observed_generation == replay.metadata.generation)
+                .then_some(ReplayReview {
+                    scope_sha256: scope.sha256,
+                    config_map: scope.config_map,
+                    spec_sha256: status.spec_sha256?,
+                })
+        },
+    )
+    .await
+}

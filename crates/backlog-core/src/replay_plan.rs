@@ -209,7 +209,7 @@ pub fn operation_id(uid: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ApprovalProblem {
     #[error(
-        "waiting for approval: a member of the approvers group other than {requested_by} reviews the frozen list and sets spec.approval.approvedBy to their own user name and spec.approval.scopeSha256 to status.scope.sha256"
+        "waiting for approval: a member of the approvers group other than {requested_by} reviews the frozen list and the spec and sets spec.approval.approvedBy to their own user name, spec.approval.scopeSha256 to status.scope.sha256 and spec.approval.specSha256 to status.specSha256"
     )]
     Missing { requested_by: String },
     #[error("spec.approval.approvedBy is empty: the approver sets it to their own user name")]
@@ -233,6 +233,10 @@ pub enum ApprovalProblem {
         frozen: String,
         config_map: String,
     },
+    #[error(
+        "spec.approval.specSha256 {approved} is not the sha256 of the spec as it stands ({current}, status.specSha256): the spec changed after it was reviewed, and the approval does not cover the change. An approver reads the spec again and approves with specSha256 {current}"
+    )]
+    SpecMismatch { approved: String, current: String },
 }
 
 impl ApprovalProblem {
@@ -243,6 +247,7 @@ impl ApprovalProblem {
             ApprovalProblem::SelfApproved { .. } => "SelfApproval",
             ApprovalProblem::BeforeFreeze => "ApprovedBeforeFreeze",
             ApprovalProblem::ScopeMismatch { .. } => "ScopeMismatch",
+            ApprovalProblem::SpecMismatch { .. } => "SpecChangedSinceReview",
         }
     }
 }
@@ -253,6 +258,8 @@ pub struct ApprovalClaim<'a> {
     pub approved_by: &'a str,
     /// The sha256 of the list the approver says they reviewed.
     pub scope_sha256: &'a str,
+    /// The sha256 of the rest of the spec the approver says they reviewed.
+    pub spec_sha256: &'a str,
 }
 
 /// The frozen list an approval must name.
@@ -264,11 +271,13 @@ pub struct FrozenList<'a> {
 
 /// The approver, if the approval counts: present, not blank, not the requester (compared
 /// without case and surrounding blanks, so `Alice` cannot approve `alice`'s replay), and
-/// signing exactly the frozen list (`frozen` is `None` while the scope is not frozen).
+/// signing exactly the frozen list (`frozen` is `None` while the scope is not frozen) and the
+/// spec as it stands (`spec_sha256`, without the approval and `suspend`).
 pub fn check_approval(
     requested_by: &str,
     approval: Option<ApprovalClaim<'_>>,
     frozen: Option<FrozenList<'_>>,
+    spec_sha256: &str,
 ) -> Result<String, ApprovalProblem> {
     let Some(approval) = approval else {
         return Err(ApprovalProblem::Missing {
@@ -293,6 +302,12 @@ pub fn check_approval(
             approved: approval.scope_sha256.to_owned(),
             frozen: frozen.sha256.to_owned(),
             config_map: frozen.config_map.to_owned(),
+        });
+    }
+    if approval.spec_sha256 != spec_sha256 {
+        return Err(ApprovalProblem::SpecMismatch {
+            approved: approval.spec_sha256.to_owned(),
+            current: spec_sha256.to_owned(),
         });
     }
     Ok(approver.to_owned())

@@ -58,6 +58,9 @@ pub struct AuditRecord {
     pub scope_sha256: Option<String>,
     pub scope_config_map: Option<String>,
     pub scope_config_map_uid: Option<String>,
+    /// The digest of the spec the status was written for (`status.specSha256`): once
+    /// approved, the spec the approval named.
+    pub spec_sha256: Option<String>,
     pub stage: Option<String>,
     pub job: Option<String>,
     pub job_uid: Option<String>,
@@ -111,6 +114,7 @@ fn record(
         scope_sha256: scope.map(|s| s.sha256.clone()),
         scope_config_map: scope.map(|s| s.config_map.clone()),
         scope_config_map_uid: scope.and_then(|s| s.config_map_uid.clone()),
+        spec_sha256: status.spec_sha256.clone(),
         stage: None,
         job: None,
         job_uid: None,
@@ -415,6 +419,7 @@ mod tests {
                 "scopeConfigMap",
                 "scopeConfigMapUid",
                 "scopeSha256",
+                "specSha256",
                 "stage",
                 "time",
                 "uid",

@@ -15,6 +15,7 @@ mod plan;
 pub mod pod_policy;
 mod reconcile;
 mod scope;
+mod spec_digest;
 mod status;
 
 use std::sync::Arc;

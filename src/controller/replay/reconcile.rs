@@ -42,6 +42,7 @@ use super::memory::{Child, Created};
 use super::plan::{self, ReplayStep};
 use super::pod_policy;
 use super::scope::{self, Freeze};
+use super::spec_digest::reviewed_spec_sha256;
 use super::status::{self, StatusInputs};
 use super::{ReplayContext, ended};
 
@@ -216,16 +217,19 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     if let Ok(frozen) = &frozen {
         adopt_unrecorded_jobs(ctx, replay, &jobs, &previous, frozen, pacing, &found_jobs).await?;
     }
+    let spec_sha256 = reviewed_spec_sha256(spec);
     let approval = check_approval(
         &spec.requested_by,
         spec.approval.as_ref().map(|a| ApprovalClaim {
             approved_by: &a.approved_by,
             scope_sha256: &a.scope_sha256,
+            spec_sha256: &a.spec_sha256,
         }),
         frozen.as_ref().ok().map(|f| FrozenList {
             sha256: &f.sha256,
             config_map: &f.config_map,
         }),
+        &spec_sha256,
     );
     let stages = remembered_stages(recorded_stages(&previous), &ctx.children.jobs(&uid));
     let started = stages.iter().any(|s| s.started_at.is_some());
@@ -359,6 +363,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
         scope: frozen.as_ref().ok(),
         plan: plan.ok(),
         approver: approval.as_deref().ok(),
+        spec_sha256: &spec_sha256,
         now,
     };
     let mut next = status::next(&previous, &inputs, &decision);

@@ -34,6 +34,8 @@ pub struct StatusInputs<'a> {
     pub plan: Option<BatchPlan>,
     /// The approver, if the approval counts.
     pub approver: Option<&'a str>,
+    /// What an approval must name for the spec of this status's generation.
+    pub spec_sha256: &'a str,
     pub now: Timestamp,
 }
 
@@ -97,6 +99,9 @@ pub fn next(
         message: Some(decision.message.clone()),
         operation_id: Some(operation_id(inputs.uid)),
         scope: inputs.scope.cloned().or_else(|| previous.scope.clone()),
+        // Paired with observed_generation in the same write: the admission policy trusts it
+        // only when that is the generation being approved.
+        spec_sha256: Some(inputs.spec_sha256.to_owned()),
         requested_by: Some(spec.requested_by.clone()),
         approved_by,
         approved_at,
@@ -149,7 +154,7 @@ mod tests {
             "scope": {"eventIds": ["a", "b", "c"]},
             "reason": "r",
             "requestedBy": "alice",
-            "approval": {"approvedBy": "bob", "reference": "CHG-1", "scopeSha256": "0000000000000000000000000000000000000000000000000000000000000000"},
+            "approval": {"approvedBy": "bob", "reference": "CHG-1", "scopeSha256": "0000000000000000000000000000000000000000000000000000000000000000", "specSha256": "0000000000000000000000000000000000000000000000000000000000000000"},
             "batches": {"size": 2, "canary": 1, "ratePerSecond": 1},
             "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}},
         }))
@@ -214,6 +219,7 @@ mod tests {
             scope: Some(&scope),
             plan: Some(BatchPlan { canary: 1, size: 2 }),
             approver: Some("bob"),
+            spec_sha256: "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef",
             now,
         };
         let first = decide(&facts(Ok("bob".into()), at(10)));
@@ -224,6 +230,10 @@ mod tests {
         assert_eq!(status.approval_reference.as_deref(), Some("CHG-1"));
         assert_eq!(status.requested_by.as_deref(), Some("alice"));
         assert_eq!(status.operation_id.as_deref(), Some("replay-uid"));
+        assert_eq!(
+            status.spec_sha256.as_deref(),
+            Some("5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef")
+        );
         assert_eq!(status.batches_total, Some(2));
         assert_eq!(status.stages.len(), 2);
         assert!(status.stages[0].started_at.is_some());
@@ -248,6 +258,7 @@ mod tests {
             scope: Some(&scope),
             plan: Some(BatchPlan { canary: 1, size: 2 }),
             approver: None,
+            spec_sha256: "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef",
             now: at(10),
         };
         let status = next(&ReplayJobStatus::default(), &inputs, &waiting);

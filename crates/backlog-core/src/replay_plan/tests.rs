@@ -189,11 +189,13 @@ fn names_are_deterministic_short_and_distinct() {
 }
 
 const SHA: &str = "911169ddaaf146aff539f58c26c489af3b892dff0fe283c1c264c65ae5aa59a2";
+const SPEC_SHA: &str = "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef";
 
 fn claim(approved_by: &str) -> Option<ApprovalClaim<'_>> {
     Some(ApprovalClaim {
         approved_by,
         scope_sha256: SHA,
+        spec_sha256: SPEC_SHA,
     })
 }
 
@@ -207,43 +209,68 @@ fn frozen() -> Option<FrozenList<'static>> {
 #[test]
 fn approvals_need_a_second_person() {
     assert_eq!(
-        check_approval("alice", claim("bob"), frozen()),
+        check_approval("alice", claim("bob"), frozen(), SPEC_SHA),
         Ok("bob".into())
     );
     assert!(matches!(
-        check_approval("alice", None, frozen()),
+        check_approval("alice", None, frozen(), SPEC_SHA),
         Err(ApprovalProblem::Missing { .. })
     ));
     assert_eq!(
-        check_approval("alice", claim("  "), frozen()),
+        check_approval("alice", claim("  "), frozen(), SPEC_SHA),
         Err(ApprovalProblem::Blank)
     );
     for same in ["alice", "Alice", " alice "] {
         assert!(matches!(
-            check_approval("alice", claim(same), frozen()),
+            check_approval("alice", claim(same), frozen(), SPEC_SHA),
             Err(ApprovalProblem::SelfApproved { .. })
         ));
     }
-    let problem = check_approval("alice", claim("alice"), frozen()).unwrap_err();
+    let problem = check_approval("alice", claim("alice"), frozen(), SPEC_SHA).unwrap_err();
     assert!(problem.to_string().contains("spec.approval.approvedBy"));
 }
 
 #[test]
 fn an_approval_signs_exactly_the_frozen_list() {
     // Given before the freeze, it names no list.
-    let early = check_approval("alice", claim("bob"), None).unwrap_err();
+    let early = check_approval("alice", claim("bob"), None, SPEC_SHA).unwrap_err();
     assert_eq!(early, ApprovalProblem::BeforeFreeze);
     assert!(early.to_string().contains("status.scope.sha256"));
     // Another list's sha256 does not count, and the message says which one does.
     let other = Some(ApprovalClaim {
         approved_by: "bob",
         scope_sha256: "00",
+        spec_sha256: SPEC_SHA,
     });
-    let problem = check_approval("alice", other, frozen()).unwrap_err();
+    let problem = check_approval("alice", other, frozen(), SPEC_SHA).unwrap_err();
     assert_eq!(problem.reason(), "ScopeMismatch");
     for fragment in ["spec.approval.scopeSha256", SHA, "orders-scope-5e3c1a"] {
         assert!(problem.to_string().contains(fragment), "{problem}");
     }
+}
+
+#[test]
+fn an_approval_signs_exactly_the_spec_as_it_stands() {
+    // The spec was edited after the approver read it: the approval covers the old one only.
+    let edited = "0".repeat(64);
+    let problem = check_approval("alice", claim("bob"), frozen(), &edited).unwrap_err();
+    assert_eq!(problem.reason(), "SpecChangedSinceReview");
+    for fragment in [
+        "spec.approval.specSha256",
+        SPEC_SHA,
+        edited.as_str(),
+        "status.specSha256",
+    ] {
+        assert!(problem.to_string().contains(fragment), "{problem}");
+    }
+    // The list is checked first: a wrong list is named as such, whatever the spec.
+    let other = Some(ApprovalClaim {
+        approved_by: "bob",
+        scope_sha256: "00",
+        spec_sha256: "11",
+    });
+    let problem = check_approval("alice", other, frozen(), SPEC_SHA).unwrap_err();
+    assert_eq!(problem.reason(), "ScopeMismatch");
 }
 
 #[test]
