@@ -17,6 +17,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use backlog_operator::api::{self, BacklogBudget, Compensation, ReplayJob, RetryPolicy};
+use backlog_operator::core::compensation_plan::{REPORT_LIMIT, REPORT_WORDS_ROOM, report_floor};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, Request, Status};
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
         printer_columns_show_in_the_server_table,
         kubectl_get_backlog_lists_every_kind,
         server_side_apply_refuses_a_repeated_key_and_stores_nothing,
+        the_report_rule_counts_as_the_worker_writes,
     ];
     for path in yaml_files(&repo_path("examples/plans")) {
         let name = format!("plan_budget_is_accepted::{}", file_name(&path));
@@ -207,6 +209,72 @@ async fn create_strict(
     let uri = format!("{}&fieldValidation=Strict", request.uri());
     *request.uri_mut() = uri.parse().expect("a valid URI");
     client.request::<DynamicObject>(request).await
+}
+
+/// The API server's rule on a compensation's report size counts exactly as the operator does:
+/// at the limit accepted, one byte over refused, for several shapes of id and sub-actions.
+fn the_report_rule_counts_as_the_worker_writes(env: &TestEnv) {
+    let namespace = env.fresh_namespace("report-rule");
+    let base = read_object(&repo_path("examples/compensation.yaml"));
+    let budget = REPORT_LIMIT - REPORT_WORDS_ROOM;
+    env.block_on(async {
+        for (count, id_length) in [(16, 1), (16, 20), (12, 100), (7, 253)] {
+            // The longest names that fit with `count` sub-actions under an id of `id_length`.
+            let id = "c".repeat(id_length);
+            let fixed = report_floor(&id, &vec![""; count]);
+            let Some(room) = budget.checked_sub(fixed) else {
+                panic!("{count} sub-actions under a {id_length}-character id never fit")
+            };
+            let per_name = (room / 2 / count).min(63);
+            let mut names: Vec<String> = (0..count)
+                .map(|i| format!("{i:x}{}", "n".repeat(per_name - 1)))
+                .collect();
+            // Lengthen the names one character at a time while the count allows.
+            let mut index = 0;
+            while report_floor(&id, &refs(&names)) + 2 <= budget && index < count {
+                names[index].push('x');
+                index += 1;
+            }
+            let at_limit = report_floor(&id, &refs(&names));
+            let mut object = base.clone();
+            object["metadata"]["name"] = json!(format!("fits-{count}-{id_length}"));
+            object["spec"]["compensationId"] = json!(id);
+            object["spec"]["proposedAction"]["subActions"] = json!(names);
+            create_strict(&env.admin(), &namespace, &object)
+                .await
+                .unwrap_or_else(|e| panic!("{count} sub-actions counted {at_limit} <= {budget} were refused: {e}"));
+            // One more byte: the id one character longer (or, at 253, a longer name).
+            let mut over = object.clone();
+            over["metadata"]["name"] = json!(format!("over-{count}-{id_length}"));
+            let mut longer = names.clone();
+            let grown = if id_length < 253 {
+                over["spec"]["compensationId"] = json!("c".repeat(id_length + 1));
+                report_floor(&"c".repeat(id_length + 1), &refs(&names))
+            } else {
+                let short = longer.iter().position(|n| n.len() < 63).expect("a name to grow");
+                longer[short].push('y');
+                over["spec"]["proposedAction"]["subActions"] = json!(longer);
+                report_floor(&id, &refs(&longer))
+            };
+            assert!(
+                at_limit + 1 >= budget && grown > budget,
+                "{count} sub-actions: {at_limit} is not at the limit {budget}, or {grown} not over it"
+            );
+            let status = refusal(
+                create_strict(&env.admin(), &namespace, &over).await,
+                &format!("{count} sub-actions counted {grown} > {budget}"),
+            );
+            assert!(
+                status.message.contains("compensationId and proposedAction.subActions are too long together"),
+                "server said: {}",
+                status.message
+            );
+        }
+    });
+}
+
+fn refs(names: &[String]) -> Vec<&str> {
+    names.iter().map(String::as_str).collect()
 }
 
 /// The server's `Status` of a refused request; panics if it was not refused.

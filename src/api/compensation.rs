@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 use super::validation::{is_trimmed, no_edge_space, not_blank};
 
 pub use crate::core::compensation_plan::SubActionState;
+use crate::core::compensation_plan::{
+    REPORT_HEADER_BYTES, REPORT_LIMIT, REPORT_RECORD_BYTES, REPORT_WORDS_ROOM,
+};
 pub use crate::core::phase::CompensationPhase;
 
 /// A compensation: a new, approved business action that corrects the effect of an event.
@@ -59,6 +62,7 @@ pub use crate::core::phase::CompensationPhase;
 )]
 #[x_kube(validation = Rule::new("!has(self.approval) || self.approval.approvedBy != self.requestedBy").message("approval.approvedBy must differ from requestedBy: a compensation needs a second person's approval").field_path(".approval.approvedBy"))]
 #[x_kube(validation = Rule::new("self.requestedBy == oldSelf.requestedBy").message("requestedBy is immutable after creation").field_path(".requestedBy"))]
+#[x_kube(validation = Rule::new(report_fits_rule()).message(kube::core::Message::Message(report_fits_message())).field_path(".proposedAction.subActions"))]
 #[serde(rename_all = "camelCase")]
 pub struct CompensationSpec {
     /// Unique in the namespace: a second Compensation with this id ends `Duplicate` and never
@@ -101,6 +105,22 @@ pub struct CompensationSpec {
     /// The worker's pod template: the team's compensation tool image.
     #[schemars(schema_with = "super::replay_job::pod_template_schema")]
     pub template: super::worker_template::WorkerTemplate,
+}
+
+/// The worker reports in its termination message, which the kubelet cuts at 4096 bytes: the
+/// operation ids and names of a success alone must leave room for the worker's messages, or
+/// work that succeeded would end `Unknown`. Counted as [`crate::core::compensation_plan::report_floor`] counts.
+fn report_fits_rule() -> String {
+    format!(
+        "{REPORT_HEADER_BYTES} + size(self.proposedAction.subActions) * ({REPORT_RECORD_BYTES} + size(self.compensationId)) + 2 * self.proposedAction.subActions.map(s, size(s)).sum() <= {}",
+        REPORT_LIMIT - REPORT_WORDS_ROOM
+    )
+}
+
+fn report_fits_message() -> String {
+    format!(
+        "compensationId and proposedAction.subActions are too long together: the worker reports every sub-action by its name and its operation id <compensationId>/<index>-<name> in a termination message of at most {REPORT_LIMIT} bytes, {REPORT_WORDS_ROOM} of them kept for its messages, and a success would not fit (it would end Unknown). Shorten the compensationId or the sub-action names, or split the action into two Compensations"
+    )
 }
 
 /// Why a compensation is needed: a controlled vocabulary, so that reports can count them.

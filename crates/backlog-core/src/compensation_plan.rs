@@ -20,8 +20,32 @@ pub const FROZEN: &str = "RequestFrozen";
 pub const APPROVED: &str = "Approved";
 pub const PRECONDITION_HELD: &str = "PreconditionHeld";
 
-/// Longest termination message the kubelet keeps (bytes): a report must fit.
+/// Longest termination message the kubelet keeps (bytes): a report must fit. A longer one is
+/// cut to its last 4096 bytes, which are no JSON.
 pub const REPORT_LIMIT: usize = 4096;
+
+/// Bytes a report keeps for the worker's own words: messages and the precondition as found.
+pub const REPORT_WORDS_ROOM: usize = 512;
+
+/// Bytes of a report beyond its sub-action records, counted as the admission rule counts them.
+pub const REPORT_HEADER_BYTES: usize = 142;
+
+/// Bytes of one sub-action record beyond its name (twice: the name and in the operation id) and
+/// the compensation id, counted as the admission rule counts them (two index digits, both
+/// timestamps at their longest, the comma before the next record).
+pub const REPORT_RECORD_BYTES: usize = 154;
+
+/// The bytes the admission rule counts for a report in which every sub-action succeeded,
+/// without any of the worker's words: what `compensationId` and `proposedAction.subActions`
+/// alone make the worker write. With [`REPORT_WORDS_ROOM`] it must stay within
+/// [`REPORT_LIMIT`], or the worker could not report a success the operator can read.
+pub fn report_floor(compensation_id: &str, sub_actions: &[&str]) -> usize {
+    REPORT_HEADER_BYTES
+        + sub_actions
+            .iter()
+            .map(|name| REPORT_RECORD_BYTES + compensation_id.len() + 2 * name.len())
+            .sum::<usize>()
+}
 
 /// Lowercase hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -107,15 +131,26 @@ pub enum ReportProblem {
     Missing,
     #[error("the worker's report is not the contract's JSON: {0}")]
     Unreadable(String),
+    #[error(
+        "the worker's report reached the {REPORT_LIMIT}-byte limit of a termination message and was cut: the worker must keep its messages short (the contract leaves {REPORT_WORDS_ROOM} bytes for them)"
+    )]
+    Cut,
 }
 
 /// Reads a termination message.
 pub fn parse_report(text: &str) -> Result<WorkerReport, ReportProblem> {
+    let at_the_limit = text.len() >= REPORT_LIMIT;
     let text = text.trim();
     if text.is_empty() {
         return Err(ReportProblem::Missing);
     }
-    serde_json::from_str(text).map_err(|e| ReportProblem::Unreadable(e.to_string()))
+    serde_json::from_str(text).map_err(|e| {
+        if at_the_limit {
+            ReportProblem::Cut
+        } else {
+            ReportProblem::Unreadable(e.to_string())
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -284,6 +284,64 @@ fn reports_are_read_strictly() {
     ));
 }
 
+#[test]
+fn a_cut_report_is_named_as_cut() {
+    // The kubelet keeps the last 4096 bytes of a longer message: no JSON, and the operator
+    // says why, so the worker's author knows what to fix.
+    let cut = format!("{}\"}}]}}", "x".repeat(REPORT_LIMIT - 4));
+    assert_eq!(parse_report(&cut), Err(ReportProblem::Cut));
+    assert!(ReportProblem::Cut.to_string().contains("4096-byte limit"));
+    // Below the limit, unreadable stays unreadable.
+    assert!(matches!(
+        parse_report(&cut[1000..]),
+        Err(ReportProblem::Unreadable(_))
+    ));
+}
+
+/// The longest report of a success without the worker's words: every sub-action succeeded,
+/// both timestamps at their longest RFC 3339 form, no messages, nothing observed.
+fn longest_success_report(compensation_id: &str, names: &[&str]) -> String {
+    let longest_time = "2026-12-07T21:23:59.123456789+01:00";
+    let report = WorkerReport {
+        request_sha256: "f".repeat(64),
+        precondition: PreconditionRecord {
+            held: true,
+            observed: String::new(),
+            message: String::new(),
+        },
+        sub_actions: names
+            .iter()
+            .enumerate()
+            .map(|(index, name)| SubActionRecord {
+                name: (*name).to_owned(),
+                operation_id: operation_id(compensation_id, index, name),
+                state: SubActionState::Succeeded,
+                started_at: Some(longest_time.to_owned()),
+                finished_at: Some(longest_time.to_owned()),
+                message: String::new(),
+            })
+            .collect(),
+    };
+    serde_json::to_string(&report).expect("a report serializes")
+}
+
+proptest! {
+    /// The admission rule's count is never below what the worker must write, and at most one
+    /// byte per sub-action above it (the index counted with two digits), so a compensation
+    /// it admits can report a success, and it refuses none that could by much.
+    #[test]
+    fn the_report_floor_bounds_a_success_report(
+        compensation_id in "[a-z0-9]{1,253}",
+        names in proptest::collection::vec("[a-z0-9]{1,63}", 1..=16),
+    ) {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let written = longest_success_report(&compensation_id, &names).len();
+        let counted = report_floor(&compensation_id, &names);
+        prop_assert!(counted >= written, "counted {counted} < written {written}");
+        prop_assert!(counted - written <= names.len().min(10), "counted {counted}, written {written}");
+    }
+}
+
 fn arb_state() -> impl Strategy<Value = SubActionState> {
     prop_oneof![
         Just(SubActionState::Started),
