@@ -133,6 +133,8 @@ fn replay_body(name: &str, requested_by: &str, ids: &[&str], verification: Optio
     });
     if let Some(query) = verification {
         body["spec"]["verification"] = json!([{"name": "no-duplicates", "query": query}]);
+        // The test exporter is scraped every second.
+        body["spec"]["verificationDelay"] = json!("1s");
     }
     body
 }
@@ -814,6 +816,9 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
     });
 }
 
+/// `spec.verificationDelay` of the replay whose flow is followed step by step (seconds).
+const VERIFICATION_DELAY: i64 = 4;
+
 fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
     set_up(env);
     let namespace = env.fresh_restricted_namespace("replay-flow");
@@ -827,6 +832,7 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
             // A pause after each batch keeps every stage running long enough to be seen.
             let mut body = replay_body("orders", "alice", &refs, Some(&duplicates.check()));
             body["spec"]["batches"]["pauseBetween"] = json!("3s");
+            body["spec"]["verificationDelay"] = json!(format!("{VERIFICATION_DELAY}s"));
             body
         })
         .await
@@ -927,6 +933,15 @@ fn an_approved_replay_runs_the_canary_then_the_rest(env: &TestEnv) {
         assert_eq!(
             (checks[0].result.as_str(), checks[0].value),
             ("Holds", Some(1.0))
+        );
+        // The check held on the exporter from the start; it was asked only once the delay
+        // after the canary had passed (both times in whole seconds, cut alike).
+        let canary_end = replay.status.as_ref().and_then(|s| s.stages.first()).and_then(|s| s.finished_at.clone()).expect("the canary's end");
+        let verified_at = condition(&replay, "Verified").expect("Verified").last_transition_time.0;
+        assert!(
+            verified_at.as_second() - canary_end.0.as_second() >= VERIFICATION_DELAY,
+            "verified at {verified_at}, {VERIFICATION_DELAY}s after the canary's end {} at the earliest",
+            canary_end.0
         );
         let main_env = env_of(&main);
         assert_eq!(main.spec.as_ref().and_then(|s| s.completions), Some(3));

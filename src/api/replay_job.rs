@@ -109,6 +109,14 @@ pub struct ReplayJobSpec {
     #[schemars(length(max = 16))]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
     pub verification: Vec<VerificationCheck>,
+    /// How long after the canary the verification checks wait, so the canary's effects are
+    /// in the metrics (consumers handled the events, Prometheus scraped them); default 30s.
+    /// A check asked sooner holds on numbers from before the canary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = non_negative_duration("verificationDelay"))]
+    #[x_kube(validation = duration_at_most("verificationDelay", "1h", "the canary's effects show within minutes, and an approved replay waits meanwhile"))]
+    pub verification_delay: Option<String>,
     /// Prometheus for the verification checks; defaults to the operator's --prometheus-url.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<super::backlog_budget::PrometheusSource>,

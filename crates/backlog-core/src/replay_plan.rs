@@ -659,9 +659,10 @@ pub fn queue_state(key: &str, created: Timestamp, others: &[QueueMember]) -> Que
 mod machine;
 
 pub use machine::{
-    ADMITTED, APPROVED, Action, Decision, HALTED, JOB_ACCEPTED, Need, RECORD_RETRY, ReplayFacts,
-    SCOPE_FROZEN, SCOPE_RETRY, ScopeCheck, ScopeFacts, VERIFICATION_PATIENCE, VERIFICATION_RETRY,
-    VERIFIED, WAIT_RETRY, WAITING, decide, remembered_stages,
+    ADMITTED, APPROVED, Action, DEFAULT_VERIFICATION_DELAY, Decision, HALTED, JOB_ACCEPTED, Need,
+    RECORD_RETRY, ReplayFacts, SCOPE_FROZEN, SCOPE_RETRY, ScopeCheck, ScopeFacts,
+    VERIFICATION_PATIENCE, VERIFICATION_RETRY, VERIFIED, WAIT_RETRY, WAITING, decide,
+    remembered_stages,
 };
 
 #[cfg(test)]

@@ -25,9 +25,9 @@ use crate::controller::apply::{FIELD_MANAGER, apply_status_at};
 use crate::controller::error::{ApiCall, During, Error, Verb};
 use crate::controller::plan::Effects;
 use crate::core::replay_plan::{
-    Action, ApprovalClaim, BatchPlan, CheckOutcome, CheckResult, FrozenList, Need, Pacing,
-    QueueState, ReplayFacts, ScopeFacts, StageName, check_approval, check_result, decide, job_name,
-    queue_state, remembered_stages,
+    Action, ApprovalClaim, BatchPlan, CheckOutcome, CheckResult, DEFAULT_VERIFICATION_DELAY,
+    FrozenList, Need, Pacing, QueueState, ReplayFacts, ScopeFacts, StageName, check_approval,
+    check_result, decide, job_name, queue_state, remembered_stages,
 };
 use crate::metrics_source::NO_PROMETHEUS;
 
@@ -105,6 +105,17 @@ fn refusals(ctx: &ReplayContext, replay: &ReplayJob) -> Vec<String> {
         refused.push(problem.to_string());
     }
     refused
+}
+
+/// `spec.verificationDelay`, or the default. The schema checks the duration; one unparsable
+/// (from an older schema) counts as the default, never as no wait.
+fn verification_delay(replay: &ReplayJob) -> Duration {
+    replay
+        .spec
+        .verification_delay
+        .as_deref()
+        .and_then(|d| crate::consumer::parse_go_duration(d).ok())
+        .unwrap_or(DEFAULT_VERIFICATION_DELAY)
 }
 
 fn pacing(replay: &ReplayJob) -> Pacing {
@@ -264,6 +275,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
         failed: recorded_failure(&previous),
         verified: recorded_verified(&previous),
         has_checks: !spec.verification.is_empty(),
+        verification_delay: verification_delay(replay),
         verification: None,
         queue: None,
         rejected: None,

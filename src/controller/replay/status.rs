@@ -194,6 +194,7 @@ mod tests {
             failed: None,
             verified: false,
             has_checks: false,
+            verification_delay: std::time::Duration::ZERO,
             verification: None,
             queue: Some(QueueState::Free),
             rejected: None,

@@ -31,6 +31,10 @@ pub const ADMITTED: &str = "Admitted";
 /// forgets a half-done replay.
 pub const VERIFICATION_PATIENCE: Duration = Duration::from_secs(300);
 
+/// How long after the canary checks wait by default: two scrapes at Prometheus's default
+/// interval, after consumers handled the canary's events.
+pub const DEFAULT_VERIFICATION_DELAY: Duration = Duration::from_secs(30);
+
 /// How soon checks without a usable sample are asked again.
 pub const VERIFICATION_RETRY: Duration = Duration::from_secs(5);
 
@@ -97,6 +101,10 @@ pub struct ReplayFacts {
     pub verified: bool,
     /// Whether `spec.verification` has checks.
     pub has_checks: bool,
+    /// How long after the canary the checks wait (`spec.verificationDelay`): the canary's
+    /// effects reach the metrics only after consumers handled them and Prometheus scraped
+    /// them, and a check asked before then holds on numbers from before the canary.
+    pub verification_delay: Duration,
     /// Check results, when asked for ([`Need::Verification`]).
     pub verification: Option<Vec<CheckOutcome>>,
     /// The queue, when asked for ([`Need::Queue`]).
@@ -826,6 +834,29 @@ fn succeeded(stages: Vec<StageRecord>) -> Decision {
 fn after_canary(facts: &ReplayFacts, stages: Vec<StageRecord>, canary: &StageRecord) -> Decision {
     let mut checks = None;
     if facts.has_checks && !facts.verified {
+        // Time since the canary ended, less the delay: what counts against the patience. A
+        // canary without a recorded end counts from now.
+        let settled = canary
+            .finished_at
+            .map(|at| seconds_between(at, facts.now))
+            .unwrap_or(0.0)
+            - facts.verification_delay.as_secs_f64();
+        if settled < 0.0 {
+            let message = format!(
+                "canary succeeded; spec.verification runs {}s after it (spec.verificationDelay), once its effects can be in the metrics",
+                facts.verification_delay.as_secs_f64()
+            );
+            return Decision::new(ReplayPhase::Verifying, message.clone(), stages)
+                .condition(ConditionSpec::new(
+                    VERIFIED,
+                    Truth::Unknown,
+                    "Settling",
+                    message,
+                ))
+                .recheck(
+                    Duration::try_from_secs_f64(-settled).unwrap_or(facts.verification_delay),
+                );
+        }
         let Some(outcomes) = &facts.verification else {
             let mut decision = Decision::new(
                 ReplayPhase::Verifying,
@@ -859,13 +890,9 @@ fn after_canary(facts: &ReplayFacts, stages: Vec<StageRecord>, canary: &StageRec
             })
             .collect();
         if !unknown.is_empty() {
-            let waited = canary
-                .finished_at
-                .map(|at| seconds_between(at, facts.now))
-                .unwrap_or(0.0);
-            if waited >= VERIFICATION_PATIENCE.as_secs_f64() {
+            if settled >= VERIFICATION_PATIENCE.as_secs_f64() {
                 let message = format!(
-                    "verification gave no answer within {}s after the canary: {}. The main stage does not start; fix the queries or Prometheus, then create a new ReplayJob for the events after the canary",
+                    "verification gave no answer within {}s after the canary and spec.verificationDelay: {}. The main stage does not start; fix the queries or Prometheus, then create a new ReplayJob for the events after the canary",
                     VERIFICATION_PATIENCE.as_secs(),
                     unknown.join("; ")
                 );

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use proptest::prelude::*;
 
 use super::machine::job_of;
@@ -35,6 +37,7 @@ fn facts(count: u32) -> ReplayFacts {
         failed: None,
         verified: false,
         has_checks: true,
+        verification_delay: Duration::ZERO,
         verification: None,
         queue: None,
         rejected: None,
@@ -566,6 +569,59 @@ fn checks_without_an_answer_are_retried_then_halt() {
     let halted = decide(&f);
     assert_eq!(halted.phase, ReplayPhase::Halted);
     assert_eq!(halted.halt.unwrap().reason, "VerificationUnavailable");
+}
+
+#[test]
+fn checks_wait_until_the_canarys_effects_can_be_in_the_metrics() {
+    let mut f = canary_done();
+    f.stages[0].finished_at = Some(at(1000));
+    f.jobs.clear();
+    set_job(
+        &mut f,
+        StageName::Canary,
+        JobObservation::Present(view(JobOutcome::Succeeded, 1, 0)),
+    );
+    f.verification_delay = Duration::from_secs(30);
+    let holds = vec![CheckOutcome {
+        name: "dups".into(),
+        query: "q".into(),
+        result: CheckResult::Holds(1.0),
+    }];
+    // Within the delay a check is not asked, and an answer at hand (from before the canary's
+    // effects could show) decides nothing.
+    for answer in [None, Some(holds.clone())] {
+        f.verification = answer;
+        f.now = at(1010);
+        let settling = decide(&f);
+        assert_eq!(settling.phase, ReplayPhase::Verifying);
+        assert_eq!((settling.need, settling.action), (None, None));
+        assert_eq!(settling.checks, None);
+        assert_eq!(settling.recheck_after, Some(Duration::from_secs(20)));
+        assert!(
+            settling.message.contains("spec.verificationDelay"),
+            "{}",
+            settling.message
+        );
+    }
+    // From the delay on, the checks are asked and decide.
+    f.verification = None;
+    f.now = at(1030);
+    assert_eq!(decide(&f).need, Some(Need::Verification));
+    f.verification = Some(holds);
+    assert!(matches!(
+        decide(&f).action,
+        Some(Action::Start(ref r)) if r.stage.name == StageName::Main
+    ));
+    // The patience for an answer counts from the end of the delay.
+    f.verification = Some(vec![CheckOutcome {
+        name: "dups".into(),
+        query: "q".into(),
+        result: CheckResult::Unknown("no sample".into()),
+    }]);
+    f.now = at(1000 + VERIFICATION_PATIENCE.as_secs() as i64 + 29);
+    assert_eq!(decide(&f).phase, ReplayPhase::Verifying);
+    f.now = at(1000 + VERIFICATION_PATIENCE.as_secs() as i64 + 30);
+    assert_eq!(decide(&f).phase, ReplayPhase::Halted);
 }
 
 #[test]
