@@ -1,9 +1,10 @@
 //! Go duration strings (`250ms`, `1m30s`, `1h0m0s`): the form Kubernetes users read and write.
 //!
-//! Parsing accepts Go's syntax and computes the value as kube-rs does (each component is its
-//! unit times the number as an `f64`), so the operator accepts exactly what the rest of the
-//! Kubernetes tool chain accepts, without depending on a Kubernetes client. Formatting follows Go's `time.Duration.String()`
-//! with one deliberate difference: microseconds are written `us` (ASCII) rather than `µs`.
+//! Parsing accepts Go's syntax and computes the value as Go's `time.ParseDuration` does (and
+//! so CEL's `duration()` at admission), to the nanosecond, so the operator reads a duration as
+//! the API server checked it, without depending on a Go runtime. Formatting follows Go's
+//! `time.Duration.String()` with one deliberate difference: microseconds are written `us`
+//! (ASCII) rather than `µs`.
 //! Go's `time.ParseDuration`, CEL's `duration()` and this crate's parser all accept `us`, and
 //! an ASCII-only document is easier to handle in every language.
 
@@ -57,9 +58,10 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, GoDurationError> {
 }
 
 /// The unsigned value of `[+-]?(number unit)+` or `[+-]?0`, where a number is digits with at
-/// most one decimal point. Refuses any string whose value could exceed [`MAX_GO_DURATION`]
-/// before adding it up: `Duration::mul_f64` panics when a product overflows, so the bound
-/// keeps every input panic-free.
+/// most one decimal point, computed as Go's `time.ParseDuration` computes it (and so CEL's
+/// `duration()`): whole numbers exactly, fractions as `float64(f) * (unit / scale)` truncated
+/// to whole nanoseconds, and fraction digits past what an `int64` holds ignored. `1ms0.6ns`
+/// is then 1ms here as it is at admission, never a nanosecond more.
 fn magnitude(text: &str) -> Result<Duration, GoDurationError> {
     let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
     if unsigned == "0" {
@@ -68,42 +70,99 @@ fn magnitude(text: &str) -> Result<Duration, GoDurationError> {
     if unsigned.is_empty() {
         return Err(GoDurationError::Malformed);
     }
-    let mut rest = unsigned;
-    let mut total_nanos = 0.0_f64;
-    let mut total = Duration::ZERO;
+    // Go's bound while adding up: 1<<63 (the sign is applied after).
+    const BOUND: u64 = 1 << 63;
+    let mut rest = unsigned.as_bytes();
+    let mut total: u64 = 0;
     while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or(GoDurationError::Malformed)?;
-        let (number, after_number) = rest.split_at(number_end);
-        let has_digit = number.chars().any(|c| c.is_ascii_digit());
-        if !has_digit || number.matches('.').count() > 1 {
+        let (whole, after_whole, whole_digits) = leading_int(rest)?;
+        let mut fraction = (0_u64, 1.0_f64, 0_usize);
+        let mut after_number = after_whole;
+        if let Some((b'.', after_point)) = after_whole.split_first() {
+            let (digits, scale, after_fraction, count) = leading_fraction(after_point);
+            fraction = (digits, scale, count);
+            after_number = after_fraction;
+        }
+        if whole_digits == 0 && fraction.2 == 0 {
             return Err(GoDurationError::Malformed);
         }
         let unit_end = after_number
-            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .iter()
+            .position(|b| *b == b'.' || b.is_ascii_digit())
             .unwrap_or(after_number.len());
         let (unit, after_unit) = after_number.split_at(unit_end);
-        let (unit_nanos, unit_duration) = match unit {
-            "ns" => (1.0, Duration::from_nanos(1)),
-            "us" | "\u{00b5}s" | "\u{03bc}s" => (1e3, Duration::from_micros(1)),
-            "ms" => (1e6, Duration::from_millis(1)),
-            "s" => (1e9, Duration::from_secs(1)),
-            "m" => (60e9, Duration::from_secs(60)),
-            "h" => (3600e9, Duration::from_secs(3600)),
+        let unit_nanos: u64 = match unit {
+            b"ns" => 1,
+            // `µs` (U+00B5) and `μs` (U+03BC) in UTF-8, as Go accepts them.
+            b"us" | b"\xc2\xb5s" | b"\xce\xbcs" => 1_000,
+            b"ms" => 1_000_000,
+            b"s" => 1_000_000_000,
+            b"m" => 60_000_000_000,
+            b"h" => 3_600_000_000_000,
             _ => return Err(GoDurationError::Malformed),
         };
-        let value: f64 = number.parse().map_err(|_| GoDurationError::Malformed)?;
-        total_nanos += value * unit_nanos;
-        // Not exact near the limit, but a generous bound: it only has to keep the parser
-        // away from overflow; the exact limit is checked on the parsed value.
-        if total_nanos > 2.0 * MAX_GO_DURATION.as_nanos() as f64 {
+        if whole > BOUND / unit_nanos {
             return Err(GoDurationError::TooLong);
         }
-        total += unit_duration.mul_f64(value);
+        let mut value = whole * unit_nanos;
+        let (digits, scale, _) = fraction;
+        if digits > 0 {
+            // At most 3.6e12 (an hour of nanoseconds), so the cast cannot saturate.
+            value += (digits as f64 * (unit_nanos as f64 / scale)) as u64;
+            if value > BOUND {
+                return Err(GoDurationError::TooLong);
+            }
+        }
+        total = total
+            .checked_add(value)
+            .filter(|sum| *sum <= BOUND)
+            .ok_or(GoDurationError::TooLong)?;
         rest = after_unit;
     }
-    Ok(total)
+    Ok(Duration::from_nanos(total))
+}
+
+/// Go's `leadingInt`: the leading digits as a number (refused when it overflows 1<<63), the
+/// rest, and how many digits there were.
+fn leading_int(text: &[u8]) -> Result<(u64, &[u8], usize), GoDurationError> {
+    let count = text.iter().take_while(|b| b.is_ascii_digit()).count();
+    let mut value: u64 = 0;
+    for digit in &text[..count] {
+        if value > (1 << 63) / 10 {
+            return Err(GoDurationError::TooLong);
+        }
+        value = value * 10 + u64::from(digit - b'0');
+        if value > 1 << 63 {
+            return Err(GoDurationError::TooLong);
+        }
+    }
+    Ok((value, &text[count..], count))
+}
+
+/// Go's `leadingFraction`: the leading digits as a number with its scale (digits past the
+/// point where the number would overflow are consumed but not counted), the rest, and how many digits there were.
+fn leading_fraction(text: &[u8]) -> (u64, f64, &[u8], usize) {
+    let count = text.iter().take_while(|b| b.is_ascii_digit()).count();
+    let mut value: u64 = 0;
+    let mut scale = 1.0_f64;
+    let mut overflowed = false;
+    for digit in &text[..count] {
+        if overflowed {
+            continue;
+        }
+        if value > (i64::MAX as u64) / 10 {
+            overflowed = true;
+            continue;
+        }
+        let next = value * 10 + u64::from(digit - b'0');
+        if next > 1 << 63 {
+            overflowed = true;
+            continue;
+        }
+        value = next;
+        scale *= 10.0;
+    }
+    (value, scale, &text[count..], count)
 }
 
 /// Formats a duration the way Go's `time.Duration.String()` does, except that microseconds
@@ -209,6 +268,36 @@ mod tests {
             parse_go_duration("2562047h47m16.854775807s"),
             Ok(MAX_GO_DURATION)
         );
+    }
+
+    /// What Go 1.26's `time.ParseDuration` returns (nanoseconds; `None`: refused). Fractions
+    /// are truncated, digits past an int64 ignored, and the largest value is accepted.
+    #[test]
+    fn agrees_with_go_to_the_nanosecond() {
+        let cases: [(&str, Option<u64>); 15] = [
+            ("1ms0.6ns", Some(1_000_000)),
+            ("0.6ns", Some(0)),
+            ("1.9999999999ns", Some(1)),
+            ("0.333333333333h", Some(1_199_999_999_998)),
+            ("0.0000000001h", Some(360)),
+            ("0.0000000009s", Some(0)),
+            ("1.0000000009s", Some(1_000_000_000)),
+            ("59.999999999999m", Some(3_599_999_999_999)),
+            (".81ns1\u{03bc}s", Some(1_000)),
+            (".139099603082462819\u{00b5}s", Some(139)),
+            ("1.00000000000000000000000001s", Some(1_000_000_000)),
+            ("3.7000000000000000000000009m", Some(222_000_000_000)),
+            ("0.99999999999999999999h", Some(3_600_000_000_000)),
+            ("9223372036854775807ns", Some(9_223_372_036_854_775_807)),
+            ("9223372036854775808ns", None),
+        ];
+        for (text, nanos) in cases {
+            assert_eq!(
+                parse_go_duration(text).ok(),
+                nanos.map(Duration::from_nanos),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
