@@ -256,7 +256,7 @@ pub struct ReplayScope {
     // The same ids read from a ConfigMap are refused on the same classes (whitespace,
     // separators, control, format, private-use, unassigned): an id that differs from a stored
     // one only in those matches nothing, or the wrong event once a worker strips it.
-    #[x_kube(validation = Rule::new(format!("self.all(id, !id.matches('{INVISIBLE_CHARACTER}'))")).message("scope.eventIds: every id must be one token without whitespace or control characters, exactly as the dead-letter store holds it"))]
+    #[x_kube(validation = Rule::new(format!("self.all(id, !id.matches('{INVISIBLE_CHARACTER}'))")).message("scope.eventIds: every id must be one token without whitespace, separators or invisible characters (control, format such as a zero-width space, private-use, unassigned), exactly as the dead-letter store holds it"))]
     pub event_ids: Vec<String>,
     /// A ConfigMap key holding the ids, one per line; copied at admission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
