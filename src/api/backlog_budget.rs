@@ -251,6 +251,7 @@ pub struct MetricQueries {
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("metrics.rateWindow"))]
     #[x_kube(validation = duration_not_below("metrics.rateWindow", "1s", "Prometheus rates need at least two samples inside the window"))]
+    #[x_kube(validation = duration_at_most("metrics.rateWindow", "24h", "a rate over a longer window never shows a burst, and capacity is trusted only a whole window after a change"))]
     pub rate_window: Option<String>,
     /// Retries per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -319,6 +320,7 @@ pub struct Scaling {
     #[serde(default = "zero_duration")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.scaleUpStabilization"))]
+    #[x_kube(validation = duration_at_most("scaling.scaleUpStabilization", "24h", "a scale-up held longer than a day is no scale-up"))]
     pub scale_up_stabilization: String,
     /// Time a lower recommendation must persist before scaling down; default 3m. The recent
     /// demand is remembered for twice this and plans look ahead at least four times it.
@@ -343,6 +345,7 @@ pub struct Scaling {
     #[serde(default = "default_pod_start_time")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.podStartTime"))]
+    #[x_kube(validation = duration_at_most("scaling.podStartTime", "1h", "plans count on added pods within it, and a pod that takes longer to consume is not starting but failing"))]
     pub pod_start_time: String,
     /// Most replica changes in any hour (each is a consumer-group rebalance), besides the
     /// ones the deadline needs: a correction into [minReplicas, the cap], or a scale-up while
@@ -359,6 +362,7 @@ pub struct Scaling {
     #[serde(default = "default_economy_dwell")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = non_negative_duration("scaling.economyDwell"))]
+    #[x_kube(validation = duration_at_most("scaling.economyDwell", "168h", "a longer dwell is economy off; write 0s for that"))]
     pub economy_dwell: String,
 }
 
@@ -489,17 +493,20 @@ pub struct PausePolicy {
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("pausePolicy.for"))]
     #[x_kube(validation = duration_not_below("pausePolicy.for", "1s", "the ratio is read once per poll, so a shorter span decides on one reading"))]
+    #[x_kube(validation = duration_at_most("pausePolicy.for", "24h", "a class failing for longer than a day starves healthy work long before it is paused"))]
     pub for_: String,
     /// How long a paused class stays paused before probing; default 5m.
     #[serde(default = "default_open_duration")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("pausePolicy.openDuration"))]
     #[x_kube(validation = duration_not_below("pausePolicy.openDuration", "1s", "a pause shorter than a poll is never seen by the consumers"))]
+    #[x_kube(validation = duration_at_most("pausePolicy.openDuration", "24h", "the first probe comes after it, and maxOpenDuration bounds the pauses after failed probes"))]
     pub open_duration: String,
     /// Longest pause after repeated failed probes (the open duration doubles); default 1h.
     #[serde(default = "default_max_open_duration")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_duration("pausePolicy.maxOpenDuration"))]
+    #[x_kube(validation = duration_at_most("pausePolicy.maxOpenDuration", "168h", "a paused class is probed at least weekly, or its events wait unseen past any deadline"))]
     pub max_open_duration: String,
     /// Share of the class's events consumers process while probing, in (0, 1]; default 0.1.
     #[serde(default = "default_probe_ratio")]
