@@ -20,6 +20,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use support::four_eyes::{CompensationReview, review_compensation};
 use support::operator::Operator;
 use support::refusal::{assert_mentions, refused};
 use support::{TestEnv, wait_until};
@@ -154,32 +155,36 @@ async fn wait_phase(
     .await
 }
 
-/// Waits for the frozen request and returns its sha256.
-async fn wait_frozen(env: &TestEnv, namespace: &str, name: &str) -> String {
-    wait_until(
-        STEP,
-        &format!("Compensation {name} has its request frozen"),
-        || async {
-            get(env, namespace, name)
-                .await
-                .status
-                .and_then(|s| s.request)
-                .map(|r| r.sha256)
-        },
-    )
-    .await
+/// `approver`'s approval of the request and the spec with these digests.
+fn approval(approver: &str, request_sha256: &str, spec_sha256: &str) -> Value {
+    CompensationReview {
+        request_sha256: request_sha256.to_owned(),
+        spec_sha256: spec_sha256.to_owned(),
+    }
+    .approval(approver)
 }
 
 async fn approve(env: &TestEnv, namespace: &str, name: &str) {
-    let sha = wait_frozen(env, namespace, name).await;
-    patch_as(
-        &env.client("bob"),
-        namespace,
-        name,
-        json!({"spec": {"approval": {"approvedBy": "bob", "requestSha256": sha}}}),
-    )
-    .await
-    .expect("bob approves");
+    let review = review_compensation(&env.admin(), namespace, name).await;
+    patch_as(&env.client("bob"), namespace, name, review.approval("bob"))
+        .await
+        .expect("bob approves");
+}
+
+/// Writes, as the operator's ServiceAccount, the spec digest the operator would for the
+/// compensation's current generation (for tests that run no operator).
+async fn digest_as_the_operator(env: &TestEnv, namespace: &str, name: &str, digest: &str) {
+    let generation = get(env, namespace, name).await.metadata.generation;
+    Api::<Compensation>::namespaced(operator_client(env), namespace)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"observedGeneration": generation, "specSha256": digest}}),
+            ),
+        )
+        .await
+        .expect("the operator writes the status");
 }
 
 async fn jobs(env: &TestEnv, namespace: &str) -> Vec<Job> {
@@ -266,8 +271,7 @@ fn the_api_server_enforces_four_eyes_for_compensations(env: &TestEnv) {
         .expect("alice asks");
 
         // (f) No approval before the request is frozen.
-        let early =
-            json!({"spec": {"approval": {"approvedBy": "bob", "requestSha256": "0".repeat(64)}}});
+        let early = approval("bob", &"0".repeat(64), &"0".repeat(64));
         let message = refused(
             patch_as(&bob, &namespace, "refund", early).await,
             "bob approving before the freeze",
@@ -301,10 +305,11 @@ fn the_api_server_enforces_four_eyes_for_compensations(env: &TestEnv) {
             .patch_status("refund", &PatchParams::default(), &Patch::Merge(frozen))
             .await
             .expect("the operator writes the status");
+        let spec_sha = "b".repeat(64);
+        digest_as_the_operator(env, &namespace, "refund", &spec_sha).await;
 
         // (f) An approval of another request names the frozen one.
-        let other =
-            json!({"spec": {"approval": {"approvedBy": "bob", "requestSha256": "f".repeat(64)}}});
+        let other = approval("bob", &"f".repeat(64), &spec_sha);
         let message = refused(
             patch_as(&bob, &namespace, "refund", other).await,
             "bob approving another request",
@@ -319,7 +324,7 @@ fn the_api_server_enforces_four_eyes_for_compensations(env: &TestEnv) {
             "(f)",
         );
         // (b) Only approvers approve.
-        let by_carol = json!({"spec": {"approval": {"approvedBy": "carol", "requestSha256": sha}}});
+        let by_carol = approval("carol", &sha, &spec_sha);
         let message = refused(
             patch_as(&carol, &namespace, "refund", by_carol).await,
             "carol approving",
@@ -330,8 +335,7 @@ fn the_api_server_enforces_four_eyes_for_compensations(env: &TestEnv) {
             "(b)",
         );
         // (c) In one's own name only ...
-        let as_alice_by_bob =
-            json!({"spec": {"approval": {"approvedBy": "mallory", "requestSha256": sha}}});
+        let as_alice_by_bob = approval("mallory", &sha, &spec_sha);
         let message = refused(
             patch_as(&bob, &namespace, "refund", as_alice_by_bob).await,
             "bob approving as mallory",
@@ -342,8 +346,7 @@ fn the_api_server_enforces_four_eyes_for_compensations(env: &TestEnv) {
             "(c)",
         );
         // ... and never one's own request (alice is an approver too).
-        let self_approval =
-            json!({"spec": {"approval": {"approvedBy": "alice", "requestSha256": sha}}});
+        let self_approval = approval("alice", &sha, &spec_sha);
         let message = refused(
             patch_as(&alice, &namespace, "refund", self_approval).await,
             "alice approving her own",
@@ -366,10 +369,43 @@ fn the_api_server_enforces_four_eyes_for_compensations(env: &TestEnv) {
         );
         assert_mentions(&message, &["compensationId is immutable"], "id");
 
-        let approval = json!({"spec": {"approval": {"approvedBy": "bob", "requestSha256": sha}}});
-        patch_as(&bob, &namespace, "refund", approval)
+        // (g) The approval changes nothing else: bob cannot pick the worker's image himself.
+        let mut with_image = approval("bob", &sha, &spec_sha);
+        with_image["spec"]["template"] = json!({"spec": {"containers": [{"name": "worker", "image": "registry.example.com/bob/tool:1"}]}});
+        let message = refused(
+            patch_as(&bob, &namespace, "refund", with_image).await,
+            "bob approving with an image of his own",
+        );
+        assert_mentions(&message, &["may change nothing else in spec"], "(g)");
+        // (h) alice changes the worker's image after bob read the spec: the approval of what
+        // he read is refused, before the operator digested the edit and after.
+        patch_as(
+            &alice,
+            &namespace,
+            "refund",
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "worker", "image": "registry.example.com/alice/tool:2"}]}}}}),
+        )
+        .await
+        .expect("alice edits the unapproved compensation");
+        let message = refused(
+            patch_as(&bob, &namespace, "refund", approval("bob", &sha, &spec_sha)).await,
+            "bob approving before the operator digested alice's edit",
+        );
+        assert_mentions(&message, &["changes the operator has not digested yet"], "(h)");
+        let edited_sha = "c".repeat(64);
+        digest_as_the_operator(env, &namespace, "refund", &edited_sha).await;
+        let message = refused(
+            patch_as(&bob, &namespace, "refund", approval("bob", &sha, &spec_sha)).await,
+            "bob approving the spec he read before alice's edit",
+        );
+        assert_mentions(
+            &message,
+            &["spec.approval.specSha256 must equal status.specSha256", &edited_sha],
+            "(h)",
+        );
+        patch_as(&bob, &namespace, "refund", approval("bob", &sha, &edited_sha))
             .await
-            .expect("bob approves the frozen request");
+            .expect("bob approves the frozen request and the spec he read last");
         // (e) The approved spec stays what was approved.
         let message = refused(
             patch_as(
@@ -686,7 +722,7 @@ fn an_unknown_outcome_is_recorded_and_never_run_again(env: &TestEnv) {
         )
         .await
         .expect("a marker");
-        wait_frozen(env, &namespace, "marker").await;
+        review_compensation(&env.admin(), &namespace, "marker").await;
         let still = get(env, &namespace, "refund").await;
         assert_eq!(
             still.status.and_then(|s| s.phase),

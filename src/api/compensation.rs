@@ -191,6 +191,13 @@ pub struct CompensationApproval {
     #[schemars(length(min = 64, max = 64))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')").message("approval.requestSha256 must be the 64 lowercase hex digits of status.request.sha256, the frozen request you reviewed"))]
     pub request_sha256: String,
+    /// The sha256 of the spec the approver reviewed, the worker template included
+    /// (`status.specSha256`, read together with a `status.observedGeneration` equal to
+    /// `metadata.generation`): an edit between the review and the approval makes the approval
+    /// refused, not silently cover it.
+    #[schemars(length(min = 64, max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')").message("approval.specSha256 must be the 64 lowercase hex digits of status.specSha256, the spec you reviewed"))]
+    pub spec_sha256: String,
 }
 
 /// What the operator froze, ran and recorded.
@@ -207,6 +214,10 @@ pub struct CompensationStatus {
     /// The frozen request: what an approval signs and what the worker reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<FrozenRequest>,
+    /// sha256 of the spec of `observedGeneration` without `approval`: what an approval names
+    /// in `spec.approval.specSha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_sha256: Option<String>,
     /// The approver, as recorded when the worker started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,

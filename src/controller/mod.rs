@@ -16,6 +16,7 @@ pub mod retry;
 pub mod retry_policy;
 mod shared_watches;
 pub mod slim;
+mod spec_digest;
 pub mod synced;
 pub mod worker_pod;
 

@@ -304,18 +304,11 @@ pub fn argo_and_kstatus_read_the_operators_statuses(env: &TestEnv) {
         }
         for name in ["comp-done", "comp-moved"] {
             let compensations = Api::<Compensation>::namespaced(env.admin(), &namespace);
-            let sha = wait_until(STEP, "the compensation's request is frozen", || async {
-                compensations
-                    .get(name)
-                    .await
-                    .ok()?
-                    .status?
-                    .request
-                    .map(|r| r.sha256)
-            })
-            .await;
+            // An approval names the frozen request and the spec it covers.
             let approval =
-                json!({"spec": {"approval": {"approvedBy": "bob", "requestSha256": sha}}});
+                crate::support::four_eyes::review_compensation(&env.admin(), &namespace, name)
+                    .await
+                    .approval("bob");
             compensations
                 .patch(name, &PatchParams::default(), &Patch::Merge(&approval))
                 .await

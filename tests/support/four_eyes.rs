@@ -310,3 +310,47 @@ pub async fn review_replay(client: &kube::Client, namespace: &str, name: &str) -
     )
     .await
 }
+
+/// What an approver reads before approving a compensation: the frozen request and the digest
+/// of the spec, both as the operator wrote them for the stored generation.
+#[derive(Clone, Debug)]
+pub struct CompensationReview {
+    pub request_sha256: String,
+    pub spec_sha256: String,
+}
+
+impl CompensationReview {
+    /// The merge patch by which `approver` approves what was reviewed.
+    pub fn approval(&self, approver: &str) -> Value {
+        json!({"spec": {"approval": {
+            "approvedBy": approver,
+            "requestSha256": self.request_sha256,
+            "specSha256": self.spec_sha256,
+        }}})
+    }
+}
+
+/// Waits until Compensation `name`'s status describes its stored spec (the request frozen,
+/// the spec digested at `metadata.generation`) and returns what an approver reads there.
+pub async fn review_compensation(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> CompensationReview {
+    let compensations = Api::<Compensation>::namespaced(client.clone(), namespace);
+    wait_until(
+        STEP,
+        &format!("Compensation {name}'s request is frozen and its spec digested"),
+        || async {
+            let compensation = compensations.get(name).await.ok()?;
+            let status = compensation.status?;
+            (status.observed_generation.is_some()
+                && status.observed_generation == compensation.metadata.generation)
+                .then_some(CompensationReview {
+                    request_sha256: status.request?.sha256,
+                    spec_sha256: status.spec_sha256?,
+                })
+        },
+    )
+    .await
+}

@@ -160,7 +160,7 @@ pub fn parse_report(text: &str) -> Result<WorkerReport, ReportProblem> {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ApprovalProblem {
     #[error(
-        "waiting for approval: a member of the approvers group other than {requested_by} reviews the frozen request and sets spec.approval.approvedBy to their own user name and spec.approval.requestSha256 to status.request.sha256"
+        "waiting for approval: a member of the approvers group other than {requested_by} reviews the frozen request and the spec and sets spec.approval.approvedBy to their own user name, spec.approval.requestSha256 to status.request.sha256 and spec.approval.specSha256 to status.specSha256"
     )]
     Missing { requested_by: String },
     #[error(
@@ -175,6 +175,10 @@ pub enum ApprovalProblem {
         frozen: String,
         config_map: String,
     },
+    #[error(
+        "spec.approval.specSha256 {approved} is not the sha256 of the spec as it stands ({current}, status.specSha256): the spec (its worker template, say) changed after it was reviewed. An approver reads it again and approves with specSha256 {current}"
+    )]
+    SpecMismatch { approved: String, current: String },
 }
 
 /// Who holds the compensation id in the namespace.

@@ -30,6 +30,7 @@ use crate::controller::plan::{Effects, execute};
 use crate::controller::replay::adopt;
 use crate::controller::replay::job::{Verdict, create, dry_run, set_suspend};
 use crate::controller::replay::pod_policy;
+use crate::controller::spec_digest::reviewed_compensation_sha256;
 use crate::core::compensation_plan::{
     Action, ApprovalProblem, Claim, CompensationFacts, Decision, JobEnd, JobSeen, ReportProblem,
     WorkerReport, child_name, decide, operation_id, parse_report,
@@ -293,6 +294,13 @@ fn check_approval(
             config_map: config_map.to_owned(),
         });
     }
+    let current = reviewed_compensation_sha256(spec);
+    if approval.spec_sha256 != current {
+        return Err(ApprovalProblem::SpecMismatch {
+            approved: approval.spec_sha256.clone(),
+            current,
+        });
+    }
     Ok(approval.approved_by.clone())
 }
 
@@ -397,6 +405,9 @@ fn status_of(
     let mut next = previous.clone();
     let now = facts.now;
     next.observed_generation = compensation.metadata.generation;
+    // Paired with observed_generation in the same write: the admission policy trusts it only
+    // when that is the generation being approved.
+    next.spec_sha256 = Some(reviewed_compensation_sha256(&compensation.spec));
     next.phase = Some(decision.phase);
     next.message = Some(decision.message.clone());
     if next.request.is_none()

@@ -15,7 +15,6 @@ mod plan;
 pub mod pod_policy;
 mod reconcile;
 mod scope;
-mod spec_digest;
 mod status;
 
 use std::sync::Arc;

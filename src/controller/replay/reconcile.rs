@@ -42,9 +42,9 @@ use super::memory::{Child, Created};
 use super::plan::{self, ReplayStep};
 use super::pod_policy;
 use super::scope::{self, Freeze};
-use super::spec_digest::reviewed_spec_sha256;
 use super::status::{self, StatusInputs};
 use super::{ReplayContext, ended};
+use crate::controller::spec_digest::reviewed_replay_sha256;
 
 /// How often a replay that waits for nothing in particular is looked at anyway.
 const IDLE_RECHECK: Duration = Duration::from_secs(300);
@@ -228,7 +228,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     if let Ok(frozen) = &frozen {
         adopt_unrecorded_jobs(ctx, replay, &jobs, &previous, frozen, pacing, &found_jobs).await?;
     }
-    let spec_sha256 = reviewed_spec_sha256(spec);
+    let spec_sha256 = reviewed_replay_sha256(spec);
     let approval = check_approval(
         &spec.requested_by,
         spec.approval.as_ref().map(|a| ApprovalClaim {
