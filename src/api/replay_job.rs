@@ -308,6 +308,7 @@ pub struct RootCauseFix {
 /// A second person's approval of exactly the frozen scope.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::validation::require_spec_sha256)]
 pub struct Approval {
     /// Must be the user setting the approval, and not requestedBy.
     #[schemars(length(min = 1, max = 253))]
@@ -324,6 +325,10 @@ pub struct Approval {
     /// The sha256 of the rest of the spec the approver reviewed (`status.specSha256`, read
     /// together with a `status.observedGeneration` equal to `metadata.generation`): an edit
     /// between the review and the approval makes the approval refused, not silently cover it.
+    // Required at the API server; an approval stored before the field existed still decodes
+    // (as no digest, which matches no spec: it is approved again), so one old object cannot
+    // stop the operator from reading every other.
+    #[serde(default)]
     #[schemars(length(min = 64, max = 64))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{64}$')").message("approval.specSha256 must be the 64 lowercase hex digits of status.specSha256, the spec you reviewed"))]
     pub spec_sha256: String,

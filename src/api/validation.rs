@@ -158,3 +158,29 @@ pub fn not_blank(field: &str, what: &str) -> Rule {
         format!("{field} must not be blank: {what}"),
     )
 }
+
+/// Schema transform for an approval's `specSha256`: absent, it decodes as empty (an approval
+/// stored before the field existed must not stop the operator from reading the whole list of
+/// its kind), yet the API server requires it. Drops the default serde's `default` puts in the
+/// schema (an empty digest is no valid default) and lists the field as required.
+pub fn require_spec_sha256(schema: &mut schemars::Schema) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(field) = object
+        .get_mut("properties")
+        .and_then(|properties| properties.get_mut("specSha256"))
+        .and_then(|field| field.as_object_mut())
+    {
+        field.remove("default");
+    }
+    match object
+        .get_mut("required")
+        .and_then(|required| required.as_array_mut())
+    {
+        Some(required) => required.push("specSha256".into()),
+        None => {
+            object.insert("required".into(), serde_json::json!(["specSha256"]));
+        }
+    }
+}

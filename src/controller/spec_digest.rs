@@ -134,4 +134,27 @@ mod tests {
             reviewed_compensation_sha256(&other_image)
         );
     }
+
+    #[test]
+    fn an_approval_stored_before_the_digest_existed_decodes_and_covers_nothing() {
+        // Objects approved before `specSha256` existed stay readable (a list of them is read
+        // in one piece), and such an approval names no spec.
+        let mut replay = serde_json::to_value(spec()).expect("serializes");
+        replay["approval"] = json!({"approvedBy": "bob", "scopeSha256": "0".repeat(64)});
+        let replay: ReplayJobSpec =
+            serde_json::from_value(replay).expect("an old approval decodes");
+        let approval = replay.approval.as_ref().expect("the approval");
+        assert_ne!(approval.spec_sha256, reviewed_replay_sha256(&replay));
+
+        let text = include_str!("../../examples/compensation.yaml");
+        let mut object: serde_json::Value = serde_yaml::from_str(text).expect("the example parses");
+        object["spec"]["approval"] = json!({"approvedBy": "bob", "requestSha256": "0".repeat(64)});
+        let compensation: CompensationSpec =
+            serde_json::from_value(object["spec"].clone()).expect("an old approval decodes");
+        let approval = compensation.approval.as_ref().expect("the approval");
+        assert_ne!(
+            approval.spec_sha256,
+            reviewed_compensation_sha256(&compensation)
+        );
+    }
 }
