@@ -20,7 +20,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use support::four_eyes::{CompensationReview, review_compensation};
+use support::four_eyes::{CompensationReview, digest_as_the_operator, review_compensation};
 use support::operator::Operator;
 use support::refusal::{assert_mentions, refused};
 use support::{TestEnv, wait_until};
@@ -171,22 +171,6 @@ async fn approve(env: &TestEnv, namespace: &str, name: &str) {
         .expect("bob approves");
 }
 
-/// Writes, as the operator's ServiceAccount, the spec digest the operator would for the
-/// compensation's current generation (for tests that run no operator).
-async fn digest_as_the_operator(env: &TestEnv, namespace: &str, name: &str, digest: &str) {
-    let generation = get(env, namespace, name).await.metadata.generation;
-    Api::<Compensation>::namespaced(operator_client(env), namespace)
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"observedGeneration": generation, "specSha256": digest}}),
-            ),
-        )
-        .await
-        .expect("the operator writes the status");
-}
-
 async fn jobs(env: &TestEnv, namespace: &str) -> Vec<Job> {
     Api::<Job>::namespaced(env.admin(), namespace)
         .list(&ListParams::default())
@@ -306,7 +290,7 @@ fn the_api_server_enforces_four_eyes_for_compensations(env: &TestEnv) {
             .await
             .expect("the operator writes the status");
         let spec_sha = "b".repeat(64);
-        digest_as_the_operator(env, &namespace, "refund", &spec_sha).await;
+        digest_as_the_operator::<Compensation>(&operator_client(env), &namespace, "refund", &spec_sha).await;
 
         // (f) An approval of another request names the frozen one.
         let other = approval("bob", &"f".repeat(64), &spec_sha);
@@ -393,7 +377,7 @@ fn the_api_server_enforces_four_eyes_for_compensations(env: &TestEnv) {
         );
         assert_mentions(&message, &["changes the operator has not digested yet"], "(h)");
         let edited_sha = "c".repeat(64);
-        digest_as_the_operator(env, &namespace, "refund", &edited_sha).await;
+        digest_as_the_operator::<Compensation>(&operator_client(env), &namespace, "refund", &edited_sha).await;
         let message = refused(
             patch_as(&bob, &namespace, "refund", approval("bob", &sha, &spec_sha)).await,
             "bob approving the spec he read before alice's edit",

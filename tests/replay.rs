@@ -27,7 +27,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::exporter::Exporter;
-use support::four_eyes::review_replay;
+use support::four_eyes::{digest_as_the_operator, review_replay};
 use support::operator::Operator;
 use support::process::{Launch, OperatorProcess, kubeconfig_with_token};
 use support::refusal::{assert_mentions, refused};
@@ -176,25 +176,6 @@ async fn approve_as(
         review.approval(approver, "CAB-2026-118"),
     )
     .await
-}
-
-/// Writes, as the operator's ServiceAccount, the spec digest the operator would for the
-/// replay's current generation (for tests that run no operator).
-async fn digest_as_the_operator(env: &TestEnv, namespace: &str, name: &str, digest: &str) {
-    let generation = get_replay(&env.admin(), namespace, name)
-        .await
-        .metadata
-        .generation;
-    Api::<ReplayJob>::namespaced(operator_client(env), namespace)
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"observedGeneration": generation, "specSha256": digest}}),
-            ),
-        )
-        .await
-        .expect("the operator writes the status");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -687,7 +668,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
             .await
             .expect("the operator writes the status");
         let first_spec = sha256_hex("the spec alice asked for");
-        digest_as_the_operator(env, &namespace, "orders", &first_spec).await;
+        digest_as_the_operator::<ReplayJob>(&operator_client(env), &namespace, "orders", &first_spec).await;
         // (f) An approval of another list is refused, naming the frozen one.
         let other = json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "f".repeat(64), "specSha256": first_spec}}});
         let message = refused(
@@ -759,7 +740,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
             .await
             .expect("bob withdraws his approval before the start");
         // The operator would have digested the suspension and the withdrawal by now.
-        digest_as_the_operator(env, &namespace, "orders", &first_spec).await;
+        digest_as_the_operator::<ReplayJob>(&operator_client(env), &namespace, "orders", &first_spec).await;
         let before_the_edit = review_replay(&bob, &namespace, "orders").await;
         patch_as(&alice, &namespace, "orders", json!({"spec": {"batches": {"size": 3}}}))
             .await
@@ -772,7 +753,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
         );
         assert_mentions(&message, &["changes the operator has not digested yet", "status.specSha256"], "(h)");
         let edited_spec = sha256_hex("the spec alice edited");
-        digest_as_the_operator(env, &namespace, "orders", &edited_spec).await;
+        digest_as_the_operator::<ReplayJob>(&operator_client(env), &namespace, "orders", &edited_spec).await;
         let message = refused(
             patch_as(&bob, &namespace, "orders", before_the_edit.approval("bob", "CAB-2")).await,
             "bob approving the spec he read before alice's edit",

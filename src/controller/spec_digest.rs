@@ -146,11 +146,10 @@ mod tests {
         let approval = replay.approval.as_ref().expect("the approval");
         assert_ne!(approval.spec_sha256, reviewed_replay_sha256(&replay));
 
-        let text = include_str!("../../examples/compensation.yaml");
-        let mut object: serde_json::Value = serde_yaml::from_str(text).expect("the example parses");
-        object["spec"]["approval"] = json!({"approvedBy": "bob", "requestSha256": "0".repeat(64)});
+        let mut object = serde_json::to_value(compensation()).expect("serializes");
+        object["approval"] = json!({"approvedBy": "bob", "requestSha256": "0".repeat(64)});
         let compensation: CompensationSpec =
-            serde_json::from_value(object["spec"].clone()).expect("an old approval decodes");
+            serde_json::from_value(object).expect("an old approval decodes");
         let approval = compensation.approval.as_ref().expect("the approval");
         assert_ne!(
             approval.spec_sha256,

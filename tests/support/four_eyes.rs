@@ -354,3 +354,36 @@ pub async fn review_compensation(
     )
     .await
 }
+
+/// Writes, as the operator (`operator`, its ServiceAccount's client), the spec digest it
+/// would write for the current generation of `name`: for tests that run no operator.
+pub async fn digest_as_the_operator<K>(
+    operator: &kube::Client,
+    namespace: &str,
+    name: &str,
+    digest: &str,
+) where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let objects = Api::<K>::namespaced(operator.clone(), namespace);
+    let generation = objects
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading {name}: {e}"))
+        .meta()
+        .generation;
+    objects
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"observedGeneration": generation, "specSha256": digest}}),
+            ),
+        )
+        .await
+        .expect("the operator writes the status");
+}

@@ -545,8 +545,8 @@ fn a_failed_check_halts_without_a_main_stage() {
     assert_eq!(verified.status, Truth::False);
 }
 
-#[test]
-fn checks_without_an_answer_are_retried_then_halt() {
+/// A replay whose canary Job succeeded and whose status records its end at 1000 s.
+fn canary_ended_at_1000() -> ReplayFacts {
     let mut f = canary_done();
     f.stages[0].finished_at = Some(at(1000));
     f.jobs.clear();
@@ -555,6 +555,12 @@ fn checks_without_an_answer_are_retried_then_halt() {
         StageName::Canary,
         JobObservation::Present(view(JobOutcome::Succeeded, 1, 0)),
     );
+    f
+}
+
+#[test]
+fn checks_without_an_answer_are_retried_then_halt() {
+    let mut f = canary_ended_at_1000();
     f.verification = Some(vec![CheckOutcome {
         name: "dups".into(),
         query: "q".into(),
@@ -573,14 +579,7 @@ fn checks_without_an_answer_are_retried_then_halt() {
 
 #[test]
 fn checks_wait_until_the_canarys_effects_can_be_in_the_metrics() {
-    let mut f = canary_done();
-    f.stages[0].finished_at = Some(at(1000));
-    f.jobs.clear();
-    set_job(
-        &mut f,
-        StageName::Canary,
-        JobObservation::Present(view(JobOutcome::Succeeded, 1, 0)),
-    );
+    let mut f = canary_ended_at_1000();
     f.verification_delay = Duration::from_secs(30);
     let holds = vec![CheckOutcome {
         name: "dups".into(),
