@@ -262,6 +262,15 @@ fn replay(name: &str, requested_by: &str, queue: &str, ids: &[&str]) -> Value {
     })
 }
 
+/// alice asks for a suspended replay of one event from `queue`: approving it starts nothing.
+async fn alice_asks_suspended(env: &TestEnv, namespace: &str, name: &str, queue: &str) {
+    let mut body = replay(name, "alice", queue, &["e-1"]);
+    body["spec"]["suspend"] = json!(true);
+    create(&env.client("alice"), namespace, body)
+        .await
+        .expect("alice asks");
+}
+
 async fn create(client: &Client, namespace: &str, body: Value) -> Result<ReplayJob, kube::Error> {
     let replay: ReplayJob = serde_json::from_value(body).expect("a ReplayJob");
     Api::<ReplayJob>::namespaced(client.clone(), namespace)
@@ -1391,9 +1400,7 @@ fn an_approved_spec_cannot_be_swapped(env: &TestEnv) {
     let world = world(env);
     let ns = &world.team;
     env.block_on(async {
-        let mut body = replay("approved", "alice", "a24.dlq", &["e-1"]);
-        body["spec"]["suspend"] = json!(true);
-        create(&env.client("alice"), ns, body).await.expect("alice asks");
+        alice_asks_suspended(env, ns, "approved", "a24.dlq").await;
         approve(env, ns, "approved").await.expect("bob approves");
         let evil = format!("registry.example.com/mallory/tool@sha256:{}", "f".repeat(64));
         for (what, change) in [
@@ -1413,11 +1420,7 @@ fn an_approval_cannot_change_what_it_approves(env: &TestEnv) {
     let world = world(env);
     let ns = &world.team;
     env.block_on(async {
-        let mut body = replay("rewritten", "alice", "a25.dlq", &["e-1"]);
-        body["spec"]["suspend"] = json!(true);
-        create(&env.client("alice"), ns, body)
-            .await
-            .expect("alice asks");
+        alice_asks_suspended(env, ns, "rewritten", "a25.dlq").await;
         let review = review_replay(&env.admin(), ns, "rewritten").await;
         let approval = review.approval("bob", "CAB-8")["spec"]["approval"].clone();
         for (what, change) in [
@@ -1454,9 +1457,7 @@ fn an_approval_covers_only_the_spec_it_read(env: &TestEnv) {
     let world = world(env);
     let ns = &world.team;
     env.block_on(async {
-        let mut body = replay("reread", "alice", "a26.dlq", &["e-1"]);
-        body["spec"]["suspend"] = json!(true);
-        create(&env.client("alice"), ns, body).await.expect("alice asks");
+        alice_asks_suspended(env, ns, "reread", "a26.dlq").await;
         let mut read = review_replay(&env.admin(), ns, "reread").await;
         for (what, change) in [
             ("the destination", json!({"destination": {"queue": "payments"}})),
