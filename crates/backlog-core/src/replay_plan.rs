@@ -339,6 +339,9 @@ pub struct JobView {
     pub finished_at: Option<Timestamp>,
     /// The fields of the Job's spec that bound what it may do.
     pub shape: JobShape,
+    /// Its controller owner reference names the replay, so the Job goes when the replay goes.
+    /// Without it (someone edited `metadata.ownerReferences`) it would run on after a delete.
+    pub owned_by_replay: bool,
 }
 
 /// What is found under a stage's Job name. Whose it is, is decided by the uid the status

@@ -121,8 +121,9 @@ fn shape(job: &Job) -> JobShape {
 
 /// A stage's Job, if any, as progress the core understands. Whose Job it is, is the core's
 /// decision, by the uid the status recorded (owner references prove nothing: anyone who may
-/// create Jobs may write them).
-pub fn observe_job(job: Option<&Job>) -> JobObservation {
+/// create Jobs may write them). Whether its controller owner reference still names the replay
+/// (uid `replay_uid`) is read too: without it the Job would outlive a delete of the replay.
+pub fn observe_job(job: Option<&Job>, replay_uid: &str) -> JobObservation {
     let Some(job) = job else {
         return JobObservation::Absent;
     };
@@ -153,6 +154,10 @@ pub fn observe_job(job: Option<&Job>) -> JobObservation {
         outcome,
         finished_at: status.completion_time.map(|t| t.0),
         shape: shape(job),
+        owned_by_replay: job
+            .owner_references()
+            .iter()
+            .any(|owner| owner.uid == replay_uid && owner.controller == Some(true)),
     })
 }
 
@@ -234,17 +239,27 @@ mod tests {
 
     #[test]
     fn a_job_is_seen_with_its_uid_and_shape_whoever_it_claims_to_belong_to() {
-        assert_eq!(observe_job(None), JobObservation::Absent);
+        assert_eq!(observe_job(None, "me"), JobObservation::Absent);
         let mut found = job(JobStatus::default(), "other");
         found.spec = Some(k8s_openapi::api::batch::v1::JobSpec {
             parallelism: Some(3),
             active_deadline_seconds: Some(600),
             ..Default::default()
         });
-        let JobObservation::Present(view) = observe_job(Some(&found)) else {
+        let JobObservation::Present(view) = observe_job(Some(&found), "me") else {
             panic!("present");
         };
         assert_eq!(view.uid, "job-1");
+        assert!(!view.owned_by_replay, "its owner is another replay");
+        let JobObservation::Present(view) = observe_job(Some(&found), "other") else {
+            panic!("present");
+        };
+        assert!(view.owned_by_replay);
+        found.metadata.owner_references = Some(vec![]);
+        let JobObservation::Present(view) = observe_job(Some(&found), "other") else {
+            panic!("present");
+        };
+        assert!(!view.owned_by_replay, "its owner reference was removed");
         assert_eq!(view.shape.parallelism, Some(3));
         assert_eq!(view.shape.active_deadline_seconds, Some(600));
     }
@@ -271,31 +286,37 @@ mod tests {
 
     #[test]
     fn progress_comes_from_the_index_lists_and_the_conditions() {
-        let running = observe_job(Some(&job(
-            JobStatus {
-                completed_indexes: Some("0-2".into()),
-                ..JobStatus::default()
-            },
+        let running = observe_job(
+            Some(&job(
+                JobStatus {
+                    completed_indexes: Some("0-2".into()),
+                    ..JobStatus::default()
+                },
+                "me",
+            )),
             "me",
-        )));
+        );
         let JobObservation::Present(view) = running else {
             panic!("present");
         };
         assert_eq!((view.succeeded, view.failed), (3, 0));
         assert_eq!(view.outcome, JobOutcome::Running);
 
-        let failed = observe_job(Some(&job(
-            JobStatus {
-                completed_indexes: Some("0".into()),
-                failed_indexes: Some("1".into()),
-                conditions: Some(vec![
-                    condition("FailureTarget", "MaxFailedIndexesExceeded"),
-                    condition("Failed", "MaxFailedIndexesExceeded"),
-                ]),
-                ..JobStatus::default()
-            },
+        let failed = observe_job(
+            Some(&job(
+                JobStatus {
+                    completed_indexes: Some("0".into()),
+                    failed_indexes: Some("1".into()),
+                    conditions: Some(vec![
+                        condition("FailureTarget", "MaxFailedIndexesExceeded"),
+                        condition("Failed", "MaxFailedIndexesExceeded"),
+                    ]),
+                    ..JobStatus::default()
+                },
+                "me",
+            )),
             "me",
-        )));
+        );
         let JobObservation::Present(view) = failed else {
             panic!("present");
         };
@@ -305,17 +326,20 @@ mod tests {
             JobOutcome::Failed("MaxFailedIndexesExceeded".into())
         );
 
-        let done = observe_job(Some(&job(
-            JobStatus {
-                completed_indexes: Some("0".into()),
-                conditions: Some(vec![
-                    condition("SuccessCriteriaMet", "CompletionsReached"),
-                    condition("Complete", "CompletionsReached"),
-                ]),
-                ..JobStatus::default()
-            },
+        let done = observe_job(
+            Some(&job(
+                JobStatus {
+                    completed_indexes: Some("0".into()),
+                    conditions: Some(vec![
+                        condition("SuccessCriteriaMet", "CompletionsReached"),
+                        condition("Complete", "CompletionsReached"),
+                    ]),
+                    ..JobStatus::default()
+                },
+                "me",
+            )),
             "me",
-        )));
+        );
         assert!(matches!(
             done,
             JobObservation::Present(JobView {

@@ -98,6 +98,13 @@ fn waiting_behind(store: &Store<ReplayJob>, changed: &ReplayJob) -> Vec<ObjectRe
         .collect()
 }
 
+/// The replay a Job's label names, in the Job's namespace.
+fn replay_of_job(job: Job) -> Option<ObjectRef<ReplayJob>> {
+    let namespace = job.namespace()?;
+    let replay = job.labels().get(LABEL_REPLAY)?;
+    Some(ObjectRef::new(replay).within(&namespace))
+}
+
 pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let client = ctx.client.clone();
     // One watch of ReplayJobs both triggers each replay and wakes the replays queued behind
@@ -124,10 +131,13 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         failures: Failures::default(),
     });
     Controller::for_stream(replay_changes, replays)
-        // Only the Jobs this controller made carry the label: no watch on every Job.
-        .owns(
+        // Only the Jobs this controller made carry the label: no watch on every Job. A Job
+        // maps to its replay by that label, not its owner reference, so a Job whose owner
+        // reference was removed still wakes the replay it would outlive.
+        .watches(
             scope.api::<Job>(&client),
             watcher::Config::default().labels(LABEL_REPLAY),
+            replay_of_job,
         )
         .reconcile_on(waiting)
         .shutdown_on_signal()

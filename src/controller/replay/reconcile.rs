@@ -220,7 +220,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     }
     let observed = found_jobs
         .iter()
-        .map(|(stage, found)| (*stage, observe_job(found.as_ref())))
+        .map(|(stage, found)| (*stage, observe_job(found.as_ref(), &uid)))
         .collect();
 
     let plan = BatchPlan::new(spec.batches.canary, spec.batches.size);
@@ -359,7 +359,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
                 facts.jobs.retain(|(stage, _)| *stage != record.stage.name);
                 facts
                     .jobs
-                    .push((record.stage.name, observe_job(found.as_ref())));
+                    .push((record.stage.name, observe_job(found.as_ref(), &uid)));
                 decision = decide(&facts);
                 if matches!(decision.action, Some(Action::Start(_))) {
                     // Gone again meanwhile: decide afresh next time rather than loop here.

@@ -727,6 +727,13 @@ fn during(facts: &ReplayFacts, stages: Vec<StageRecord>) -> Decision {
                     );
                     return halt(facts, stages, "JobTampered", message);
                 }
+                if view.outcome == JobOutcome::Running && !view.owned_by_replay {
+                    let message = format!(
+                        "Job {} of the {name} stage no longer names this ReplayJob as its controller (metadata.ownerReferences was edited), so deleting the replay would leave it running unwatched; the replay halts and the Job is suspended. Find out who edited it (the API server's audit log), delete the Job, then create a new ReplayJob for the events not replayed",
+                        current.job
+                    );
+                    return halt(facts, stages, "JobDisowned", message);
+                }
                 if let Some(decision) = failed_batch(facts, &stages, &current, view) {
                     return decision;
                 }

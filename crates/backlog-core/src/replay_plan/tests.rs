@@ -65,6 +65,7 @@ fn view(outcome: JobOutcome, succeeded: u32, failed: u32) -> JobView {
         outcome,
         finished_at: None,
         shape: JobShape::default(),
+        owned_by_replay: true,
     }
 }
 
@@ -844,6 +845,34 @@ fn a_job_edited_after_its_creation_halts_and_is_suspended() {
 }
 
 #[test]
+fn a_job_its_replay_no_longer_owns_halts_and_is_suspended() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    let started = decide(&f);
+    let mut f = apply(f, &started);
+    let JobObservation::Present(mut job) = job_of(&f, StageName::Canary).clone() else {
+        panic!("the canary Job");
+    };
+    job.owned_by_replay = false;
+    f.jobs = vec![(StageName::Canary, JobObservation::Present(job.clone()))];
+    let decision = decide(&f);
+    assert_eq!(reason(&decision), Some("JobDisowned"));
+    assert!(decision.message.contains("metadata.ownerReferences"));
+    assert_eq!(
+        decision.action,
+        Some(Action::Suspend {
+            job: "orders-canary-5e3c1a".into(),
+            suspend: true
+        })
+    );
+    // A Job that already finished runs nothing more: its owner does not matter.
+    job.outcome = JobOutcome::Succeeded;
+    job.succeeded = 1;
+    f.jobs = vec![(StageName::Canary, JobObservation::Present(job))];
+    assert_ne!(reason(&decide(&f)), Some("JobDisowned"));
+}
+
+#[test]
 fn the_frozen_config_map_is_checked_before_each_stage_and_while_it_runs() {
     let mut f = facts(12);
     f.queue = Some(QueueState::Free);
@@ -1237,6 +1266,42 @@ proptest! {
 }
 
 proptest! {
+    /// A running stage's own Job that the replay no longer owns would outlive a delete of the
+    /// replay: whatever else holds, the replay halts and the Job is suspended.
+    #[test]
+    fn a_running_job_the_replay_does_not_own_is_never_left_running(f in arb_facts()) {
+        let mut f = f;
+        // What the controller fills in before it acts on a running stage.
+        f.scope_check = Some(ScopeCheck::Intact);
+        let current = f
+            .stages
+            .iter()
+            .find(|s| s.started_at.is_some() && s.finished_at.is_none())
+            .cloned();
+        if let Some(record) = current
+            && let Some(uid) = record.job_uid.clone()
+        {
+            let disowned = JobView {
+                uid,
+                suspended: false,
+                succeeded: 0,
+                failed: 0,
+                outcome: JobOutcome::Running,
+                finished_at: None,
+                shape: expected_shape(&record.stage, f.pacing),
+                owned_by_replay: false,
+            };
+            f.jobs.retain(|(stage, _)| *stage != record.stage.name);
+            f.jobs.push((record.stage.name, JobObservation::Present(disowned)));
+            let decision = decide(&f);
+            prop_assert_eq!(decision.phase, ReplayPhase::Halted, "{:?}", decision);
+            prop_assert_eq!(
+                &decision.action,
+                &Some(Action::Suspend { job: record.job.clone(), suspend: true })
+            );
+        }
+    }
+
     /// A stage's deadline is never below the time its batches need at the replay's rate with
     /// their pauses and retries, stays within its bounds, and grows with the stage.
     #[test]
@@ -1260,7 +1325,7 @@ proptest! {
 }
 
 /// A Job under a stage's name: absent, the operator's or another uid, with the shape the
-/// operator gave it (filled in by `arb_facts`) or an edited one.
+/// operator gave it (filled in by `arb_facts`) or an edited one, owned by the replay or not.
 fn arb_job() -> impl Strategy<Value = (JobObservation, bool)> {
     prop_oneof![
         Just((JobObservation::Absent, false)),
@@ -1275,19 +1340,23 @@ fn arb_job() -> impl Strategy<Value = (JobObservation, bool)> {
             0u32..2,
             prop_oneof![Just("job-uid"), Just("other-uid")],
             any::<bool>(),
+            prop::bool::weighted(0.8),
         )
-            .prop_map(|(outcome, suspended, succeeded, failed, uid, edited)| {
-                let job = JobObservation::Present(JobView {
-                    uid: uid.into(),
-                    suspended,
-                    succeeded,
-                    failed,
-                    outcome,
-                    finished_at: None,
-                    shape: JobShape::default(),
-                });
-                (job, edited)
-            }),
+            .prop_map(
+                |(outcome, suspended, succeeded, failed, uid, edited, owned)| {
+                    let job = JobObservation::Present(JobView {
+                        uid: uid.into(),
+                        suspended,
+                        succeeded,
+                        failed,
+                        outcome,
+                        finished_at: None,
+                        shape: JobShape::default(),
+                        owned_by_replay: owned,
+                    });
+                    (job, edited)
+                }
+            ),
     ]
 }
 
