@@ -28,7 +28,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -63,6 +63,7 @@ fn main() -> ExitCode {
             a_replay_cannot_point_the_operator_at_any_url,
             a_replay_deleted_and_created_again_inherits_nothing,
             a_replay_held_in_deletion_stops_its_jobs,
+            a_replay_cannot_be_parted_from_its_jobs,
             another_namespace_cannot_hold_up_a_queue,
             a_tenant_cannot_ask_or_approve_in_anothers_name,
             an_approved_spec_cannot_be_swapped,
@@ -1273,6 +1274,92 @@ fn a_replay_held_in_deletion_stops_its_jobs(env: &TestEnv) {
             .await
             .expect("the finalizer is removed");
         wait_gone(env, ns, "held").await;
+    });
+}
+
+fn a_replay_cannot_be_parted_from_its_jobs(env: &TestEnv) {
+    // A Job that outlives its replay replays on unwatched, beside the next replay of the
+    // queue. Every way to delete the replay and keep the Job is refused or halts it.
+    let world = world(env);
+    let ns = &world.team;
+    env.block_on(async {
+        let canary = running_canary(env, ns, "parted", "a29.dlq").await;
+        let mallory = env.client("mallory");
+        let replays_as_mallory = Api::<ReplayJob>::namespaced(mallory.clone(), ns);
+        let orphan = |dry_run| DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Orphan),
+            dry_run,
+            ..DeleteParams::default()
+        };
+        // --cascade=orphan: a dry run until the policy is loaded, then for real.
+        wait_until(STEP, "an orphaning delete is refused", || async {
+            match replays_as_mallory.delete("parted", &orphan(true)).await {
+                Err(kube::Error::Api(status)) => Ok(status.message),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        let message = refused(
+            replays_as_mallory.delete("parted", &orphan(false)).await,
+            "--cascade=orphan",
+        );
+        assert_mentions(
+            &message,
+            &["ReplayJob parted", "--cascade=orphan", "spec.suspend: true"],
+            "--cascade=orphan",
+        );
+        // The older flag, as older clients send it.
+        let path = format!("/apis/backlog.dev/v1alpha1/namespaces/{ns}/replayjobs/parted");
+        let body = json!({"kind": "DeleteOptions", "apiVersion": "v1", "orphanDependents": true});
+        let request = http::Request::delete(path)
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&body).expect("a body"))
+            .expect("a request");
+        let message = refused(mallory.request_text(request).await, "orphanDependents");
+        assert_mentions(&message, &["ReplayJob parted", "orphanDependents"], "flag");
+        // The finalizer a later plain delete would orphan by.
+        let message = refused(
+            patch(
+                &mallory,
+                ns,
+                "parted",
+                json!({"metadata": {"finalizers": ["orphan"]}}),
+            )
+            .await,
+            "the orphan finalizer",
+        );
+        assert_mentions(
+            &message,
+            &["metadata.finalizers", "\"orphan\""],
+            "finalizer",
+        );
+        let replay = get(&env.admin(), ns, "parted").await;
+        assert!(replay.metadata.deletion_timestamp.is_none(), "not deleted");
+        assert_eq!(
+            replay.status.and_then(|s| s.phase),
+            Some(ReplayPhase::Canary)
+        );
+
+        // Or the Job's owner reference edited away, so that a plain delete leaves it.
+        Api::<Job>::namespaced(mallory, ns)
+            .patch(
+                &canary.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+            )
+            .await
+            .expect("mallory removes the canary Job's owner reference");
+        let halt = wait_halt(env, ns, "parted").await;
+        assert_eq!(halt.reason, "JobDisowned", "{}", halt.message);
+        assert_mentions(
+            &halt.message,
+            &[&canary.name_any(), "metadata.ownerReferences"],
+            "disowned",
+        );
+        wait_until(STEP, "the operator suspends the disowned Job", || {
+            suspended(env, ns, canary.name_any())
+        })
+        .await;
     });
 }
 
