@@ -18,6 +18,7 @@ use backlog_operator::controller::Scope;
 use backlog_operator::controller::replay::{
     EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE,
 };
+use backlog_operator::core::digest::sha256_hex;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -25,7 +26,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use support::exporter::Exporter;
 use support::four_eyes::{digest_as_the_operator, review_replay};
 use support::operator::Operator;
@@ -186,13 +186,6 @@ async fn get_replay(client: &Client, namespace: &str, name: &str) -> ReplayJob {
         .get(name)
         .await
         .unwrap_or_else(|e| panic!("reading ReplayJob {namespace}/{name}: {e}"))
-}
-
-fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn phase(replay: &ReplayJob) -> Option<ReplayPhase> {
@@ -568,10 +561,7 @@ fn a_new_replay_freezes_its_scope_and_awaits_approval(env: &TestEnv) {
         let status = replay.status.clone().expect("status");
         let scope = status.scope.clone().expect("the scope is frozen");
         let text: String = list.iter().map(|id| format!("{id}\n")).collect();
-        let sha: String = Sha256::digest(text.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let sha = sha256_hex(text.as_bytes());
         assert_eq!(scope.count, 5);
         assert_eq!(scope.sha256, sha);
         assert_eq!(status.requested_by.as_deref(), Some("alice"));
@@ -654,7 +644,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
         // would, as its ServiceAccount).
         let frozen = json!({"status": {"scope": {
             "configMap": "orders-scope-x", "count": 3, "frozenAt": Timestamp::now().to_string(),
-            "sha256": sha256_hex("a\nb\nc\n"),
+            "sha256": sha256_hex(b"a\nb\nc\n"),
         }}});
         let message = refused(
             Api::<ReplayJob>::namespaced(admin.clone(), &namespace)
@@ -667,7 +657,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
             .patch_status("orders", &PatchParams::default(), &Patch::Merge(frozen))
             .await
             .expect("the operator writes the status");
-        let first_spec = sha256_hex("the spec alice asked for");
+        let first_spec = sha256_hex(b"the spec alice asked for");
         digest_as_the_operator::<ReplayJob>(&operator_client(env), &namespace, "orders", &first_spec).await;
         // (f) An approval of another list is refused, naming the frozen one.
         let other = json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": "f".repeat(64), "specSha256": first_spec}}});
@@ -677,7 +667,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
         );
         assert_mentions(
             &message,
-            &["spec.approval.scopeSha256 must equal status.scope.sha256", &sha256_hex("a\nb\nc\n"), "orders-scope-x"],
+            &["spec.approval.scopeSha256 must equal status.scope.sha256", &sha256_hex(b"a\nb\nc\n"), "orders-scope-x"],
             "(f)",
         );
 
@@ -752,7 +742,7 @@ fn the_api_server_enforces_four_eyes(env: &TestEnv) {
             "bob approving before the operator digested alice's edit",
         );
         assert_mentions(&message, &["changes the operator has not digested yet", "status.specSha256"], "(h)");
-        let edited_spec = sha256_hex("the spec alice edited");
+        let edited_spec = sha256_hex(b"the spec alice edited");
         digest_as_the_operator::<ReplayJob>(&operator_client(env), &namespace, "orders", &edited_spec).await;
         let message = refused(
             patch_as(&bob, &namespace, "orders", before_the_edit.approval("bob", "CAB-2")).await,

@@ -22,6 +22,7 @@ use backlog_operator::api::BacklogBudget;
 use backlog_operator::api::replay_job::{ReplayJob, ReplayPhase};
 use backlog_operator::controller::replay::{EVENT_IDS_KEY, LABEL_REPLAY};
 use backlog_operator::controller::{ContextSettings, Scope, WorkerPolicy};
+use backlog_operator::core::digest::sha256_hex;
 use backlog_operator::core::replay_plan::{StageName, job_name, scope_config_map_name};
 use backlog_operator::metrics_source::Allowlist;
 use k8s_openapi::api::batch::v1::Job;
@@ -31,7 +32,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use support::four_eyes::{ReplayReview, review_replay};
 use support::helm::Helm;
 use support::identity::{client_with_token, service_account_token};
@@ -299,13 +299,6 @@ async fn patch_status(
     Api::<ReplayJob>::namespaced(client.clone(), namespace)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await
-}
-
-fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn lines(ids: &[&str]) -> String {
@@ -601,7 +594,7 @@ fn status_pointed_at_another_list_is_refused(env: &TestEnv) {
             .await
             .expect("mallory writes a list");
         let forged = json!({"status": {"scope": {
-            "configMap": "mallory-ids", "count": 2, "sha256": sha256_hex(&hers),
+            "configMap": "mallory-ids", "count": 2, "sha256": sha256_hex(hers.as_bytes()),
             "frozenAt": Timestamp::now().to_string(),
         }}});
         let message = refused(
@@ -678,7 +671,7 @@ fn an_approval_before_the_freeze_is_refused(env: &TestEnv) {
                 &env.client("bob"),
                 ns,
                 "early",
-                json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": sha256_hex("e-1\n"), "specSha256": sha256_hex("{}")}}}),
+                json!({"spec": {"approval": {"approvedBy": "bob", "scopeSha256": sha256_hex(b"e-1\n"), "specSha256": sha256_hex(b"{}")}}}),
             )
             .await,
             "bob approving before the freeze",
@@ -701,7 +694,7 @@ fn an_approval_of_another_list_is_refused(env: &TestEnv) {
         let review = review_replay(&env.admin(), ns, "other-list").await;
         let (sha, config_map) = (review.scope_sha256.clone(), review.config_map.clone());
         let other = ReplayReview {
-            scope_sha256: sha256_hex("e-1\nvictim-1\n"),
+            scope_sha256: sha256_hex(b"e-1\nvictim-1\n"),
             ..review
         };
         let message = refused(

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::api::compensation::CompensationSpec;
 use crate::api::replay_job::ReplayJobSpec;
-use crate::core::compensation_plan::sha256_hex;
+use crate::core::digest::sha256_hex;
 
 /// sha256 of the JSON of `spec`. Serializing a spec cannot fail (every map key is a string);
 /// should it ever, the Debug text is as deterministic, so the digest still changes exactly

@@ -16,9 +16,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use backlog_core::digest::sha256_hex;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use super::backoff::{BackoffError, BackoffSchedule};
@@ -424,12 +424,8 @@ fn normalize_rules(
 fn hash_canonical(policy: &CanonicalPolicy) -> Result<String, PolicyError> {
     let json = serde_json::to_vec(policy)
         .map_err(|error| PolicyError::NotSerializable(error.to_string()))?;
-    let digest = Sha256::digest(&json);
-    let hex: String = digest[..8]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    Ok(format!("sha256:{hex}"))
+    // The first 8 bytes, as 16 hex digits.
+    Ok(format!("sha256:{}", &sha256_hex(&json)[..16]))
 }
 
 #[cfg(test)]

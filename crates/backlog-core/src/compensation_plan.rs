@@ -7,9 +7,9 @@
 //! whose outcome is not known is never run again (it is reconciled by its operation id), and
 //! every end is terminal.
 
+use crate::digest::sha256_hex;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::condition::{ConditionSpec, Truth};
@@ -45,14 +45,6 @@ pub fn report_floor(compensation_id: &str, sub_actions: &[&str]) -> usize {
             .iter()
             .map(|name| REPORT_RECORD_BYTES + compensation_id.len() + 2 * name.len())
             .sum::<usize>()
-}
-
-/// Lowercase hex sha256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
 }
 
 /// The name of everything an id owns in its namespace (the claim, the Job, the result): the

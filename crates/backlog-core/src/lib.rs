@@ -16,6 +16,7 @@ pub mod compensation_plan;
 pub mod condition;
 pub mod deadline_plan;
 pub mod demand_history;
+pub mod digest;
 pub mod drain;
 
 pub mod duration;

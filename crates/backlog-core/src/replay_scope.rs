@@ -5,7 +5,7 @@
 //! approved. The list is stored one id per line; its SHA-256 (of exactly those bytes) goes
 //! into the status so anyone can check the ConfigMap against it.
 
-use sha2::{Digest, Sha256};
+use crate::digest::sha256_hex;
 use thiserror::Error;
 
 /// Longest event id, as for the inline `scope.eventIds`.
@@ -186,7 +186,7 @@ pub fn freeze(ids: Vec<String>, source_name: &str) -> Result<FrozenIds, ScopePro
             bytes: text.len(),
         });
     }
-    let sha256 = hex_sha256(&text);
+    let sha256 = sha256_hex(text.as_bytes());
     Ok(FrozenIds { ids, text, sha256 })
 }
 
@@ -232,7 +232,7 @@ pub fn verify_stored(
             "ConfigMap {name}, the frozen scope, is not immutable"
         ));
     }
-    let sha256 = hex_sha256(stored.text.unwrap_or_default());
+    let sha256 = sha256_hex(stored.text.unwrap_or_default().as_bytes());
     if sha256 != recorded.sha256 {
         return Err(format!(
             "ConfigMap {name}, the frozen scope, holds ids whose sha256 is {sha256}, not the frozen and approved {}",
@@ -240,13 +240,6 @@ pub fn verify_stored(
         ));
     }
     Ok(())
-}
-
-fn hex_sha256(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use crate::api::compensation::{
     Compensation, CompensationPhase, CompensationStatus, ExpectedState, ReasonCode,
 };
 use crate::controller::apply::FIELD_MANAGER;
-use crate::core::compensation_plan::{Claim, child_name, operation_id, sha256_hex};
+use crate::core::compensation_plan::{Claim, child_name, operation_id};
+use crate::core::digest::sha256_hex;
 
 /// The request's key in the ConfigMap, and the file name the worker reads.
 pub const REQUEST_KEY: &str = "request.json";
