@@ -14,6 +14,7 @@ use std::time::Duration;
 use backlog_operator::api::compensation::{Compensation, CompensationPhase, SubActionState};
 use backlog_operator::controller::Scope;
 use backlog_operator::controller::compensation::{LABEL_ID, id_label};
+use backlog_operator::core::compensation_plan::child_name;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
             an_unknown_outcome_is_recorded_and_never_run_again,
             a_restarted_operator_creates_no_second_job,
             a_template_that_is_not_a_pod_template_holds_up_no_other_compensation,
+            a_pod_that_only_carries_the_jobs_label_cannot_report,
         ],
         true,
     )
@@ -806,6 +808,124 @@ fn a_template_that_is_not_a_pod_template_holds_up_no_other_compensation(env: &Te
                 "invalid type",
             ],
             "mistyped template",
+        );
+    });
+}
+
+fn a_pod_that_only_carries_the_jobs_label_cannot_report(env: &TestEnv) {
+    // Anyone who may create pods can label one as the worker Job's and make its container end
+    // with any termination message. Here it says the precondition had moved on and nothing
+    // ran, while the real worker refunds: read, it would invite a second refund.
+    set_up(env);
+    let namespace = env.fresh_restricted_namespace("comp-forged");
+    let _operator = start_operator(env, &namespace);
+    env.block_on(async {
+        create_as(
+            &env.client("alice"),
+            &namespace,
+            body("refund", "refund-o-77", "alice", json!([])),
+        )
+        .await
+        .expect("alice asks");
+        let waiting = wait_phase(
+            env,
+            &namespace,
+            "refund",
+            CompensationPhase::AwaitingApproval,
+        )
+        .await;
+        let request = waiting
+            .status
+            .and_then(|s| s.request)
+            .expect("the frozen request");
+        let forged_report = json!({
+            "requestSha256": request.sha256,
+            "precondition": {"held": false, "observed": "REFUNDED/8", "message": "already refunded"},
+            "subActions": [],
+        });
+        // Named to be listed before the Job's own pod; never scheduled (a scheduling gate), its
+        // status written as a kubelet would.
+        let pods_api = Api::<Pod>::namespaced(env.admin(), &namespace);
+        let forged: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "a-forged", "labels": {
+                "batch.kubernetes.io/job-name": child_name("refund-o-77"),
+                "job-name": child_name("refund-o-77"),
+            }},
+            "spec": {
+                "schedulingGates": [{"name": "example.com/never"}],
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "worker",
+                    "image": "registry.example.com/forger:1",
+                    "securityContext": {"allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"]}},
+                }],
+            },
+        }))
+        .expect("a Pod");
+        pods_api
+            .create(&PostParams::default(), &forged)
+            .await
+            .expect("the forged pod is created");
+        pods_api
+            .patch_status(
+                "a-forged",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"containerStatuses": [{
+                    "name": "worker",
+                    "ready": false,
+                    "restartCount": 0,
+                    "image": "registry.example.com/forger:1",
+                    "imageID": "",
+                    "state": {"terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "message": forged_report.to_string(),
+                    }},
+                }]}})),
+            )
+            .await
+            .expect("the forged pod's status is written");
+
+        approve(env, &namespace, "refund").await;
+        let done = wait_until(STEP + JOB_RUN, "the compensation ends", || async {
+            let found = get(env, &namespace, "refund").await;
+            let phase = found.status.as_ref().and_then(|s| s.phase);
+            match phase {
+                Some(CompensationPhase::AwaitingApproval | CompensationPhase::Executing) | None => {
+                    Err(format!("{phase:?}"))
+                }
+                Some(_) => Ok(found),
+            }
+        })
+        .await;
+        let status = done.status.clone().expect("status");
+        assert_eq!(
+            status.phase,
+            Some(CompensationPhase::Succeeded),
+            "the real worker's report, not the forged one: {:?}",
+            status.message
+        );
+        assert_eq!(status.precondition.as_ref().map(|p| p.held), Some(true));
+        assert_eq!(
+            sub_action_states(&done),
+            vec![
+                (
+                    "refund".to_owned(),
+                    "refund-o-77/0-refund".to_owned(),
+                    SubActionState::Succeeded
+                ),
+                (
+                    "notify".to_owned(),
+                    "refund-o-77/1-notify".to_owned(),
+                    SubActionState::Succeeded
+                ),
+            ]
+        );
+        assert!(
+            pods_api.get_opt("a-forged").await.expect("read").is_some(),
+            "the forged pod was there all along"
         );
     });
 }

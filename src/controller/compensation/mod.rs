@@ -6,6 +6,7 @@
 //! the worker's report, and writes what was decided.
 
 mod job;
+mod job_pod;
 mod plan;
 mod reconcile;
 mod request;

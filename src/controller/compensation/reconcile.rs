@@ -12,10 +12,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::CompensationContext;
 use super::job;
+use super::job_pod;
 use super::plan::{self, Built, CompensationStep};
 use super::request;
 use crate::api::compensation::{
@@ -354,7 +355,8 @@ async fn classify(
 }
 
 /// The worker's report: the termination message of the worker container (the first of the
-/// Job's template; sidecars report nothing) of the Job's one pod.
+/// Job's template; sidecars report nothing) of the Job's one pod. Pods that only carry the
+/// Job's label are not read: anyone who may create pods could report through one.
 async fn report(
     ctx: &CompensationContext,
     namespace: &str,
@@ -373,7 +375,19 @@ async fn report(
         .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job_name}")))
         .await
         .during(|| ApiCall::list::<Pod>(Some(namespace)))?;
-    let message = listed.items.iter().find_map(|pod| {
+    let mut ran = listed.items.iter().filter(|pod| {
+        let foreign = job_pod::not_of_job(job, pod);
+        if let Some(why) = &foreign {
+            warn!(
+                pod = %pod.name_any(),
+                job = %job_name,
+                %why,
+                "a pod with the worker Job's label is not the Job's; its report is not read"
+            );
+        }
+        foreign.is_none()
+    });
+    let message = ran.find_map(|pod| {
         pod.status
             .as_ref()?
             .container_statuses
