@@ -470,6 +470,7 @@ fn the_chart_lints_and_packages_the_crds_it_links(env: &TestEnv) {
     // The admission policy files travel too, unchanged (templates read them with .Files).
     for policy in [
         "policies/compensation.yaml",
+        "policies/job-pods.yaml",
         "policies/no-orphaning.yaml",
         "policies/replayjob.yaml",
         "policies/status-owner.yaml",
@@ -606,6 +607,7 @@ fn helm_template_renders_rbac_for_both_modes(env: &TestEnv) {
         policy_names,
         [
             "rendered-backlog-operator.compensation.backlog.dev",
+            "rendered-backlog-operator.job-pods.backlog.dev",
             "rendered-backlog-operator.no-orphaning.backlog.dev",
             "rendered-backlog-operator.replayjob.backlog.dev",
             "rendered-backlog-operator.status-owner.backlog.dev",

@@ -26,7 +26,7 @@ use backlog_operator::core::digest::sha256_hex;
 use backlog_operator::core::replay_plan::{StageName, job_name, scope_config_map_name};
 use backlog_operator::metrics_source::Allowlist;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
@@ -64,6 +64,7 @@ fn main() -> ExitCode {
             a_replay_deleted_and_created_again_inherits_nothing,
             a_replay_held_in_deletion_stops_its_jobs,
             a_replay_cannot_be_parted_from_its_jobs,
+            a_pod_cannot_claim_a_replay_job,
             another_namespace_cannot_hold_up_a_queue,
             a_tenant_cannot_ask_or_approve_in_anothers_name,
             an_approved_spec_cannot_be_swapped,
@@ -1353,6 +1354,74 @@ fn a_replay_cannot_be_parted_from_its_jobs(env: &TestEnv) {
             suspended(env, ns, canary.name_any())
         })
         .await;
+    });
+}
+
+fn a_pod_cannot_claim_a_replay_job(env: &TestEnv) {
+    // The Job controller adopts a pod without an owner that carries a Job's controller-uid
+    // label and counts its end as the Job's: a pod of hers that exits 0 at once, labelled with
+    // the canary's uid and index 0, would complete the canary without replaying anything.
+    let world = world(env);
+    let ns = &world.team;
+    env.block_on(async {
+        let canary = running_canary(env, ns, "claimed", "a30.dlq").await;
+        let uid = canary.uid().expect("the canary's uid");
+        let pods_as_mallory = Api::<Pod>::namespaced(env.client("mallory"), ns);
+        let pod = |name: &str, labels: Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels, "annotations": {
+                    "batch.kubernetes.io/job-completion-index": "0"}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "replay", "image": "registry.example.com/mallory/true:1"}]},
+            }))
+            .expect("a Pod")
+        };
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        for label in ["batch.kubernetes.io/controller-uid", "controller-uid"] {
+            let claiming = pod("claims-the-canary", json!({label: uid}));
+            // The policy loads on its own schedule: a dry run until it refuses.
+            let message = wait_until(STEP, "a pod claiming the canary is refused", || async {
+                match pods_as_mallory.create(&dry_run, &claiming).await {
+                    Err(kube::Error::Api(status)) => Ok(status.message),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await;
+            assert_mentions(
+                &message,
+                &[
+                    "claims-the-canary",
+                    label,
+                    "mallory",
+                    "only the Job controller",
+                ],
+                label,
+            );
+        }
+        // Nor can she add the label to a pod of hers afterwards.
+        pods_as_mallory
+            .create(&PostParams::default(), &pod("hers", json!({"app": "tool"})))
+            .await
+            .expect("a pod without the label is hers to create");
+        let message = refused(
+            pods_as_mallory
+                .patch(
+                    "hers",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {
+                        "batch.kubernetes.io/controller-uid": uid}}})),
+                )
+                .await,
+            "the label added later",
+        );
+        assert_mentions(&message, &["pod hers", "only the Job controller"], "update");
+        pods_as_mallory
+            .delete("hers", &DeleteParams::background())
+            .await
+            .expect("her pod is deleted");
     });
 }
 
