@@ -19,6 +19,7 @@ use backlog_operator::controller::replay::{
     EVENT_IDS_FILE, EVENT_IDS_KEY, LABEL_REPLAY, LABEL_STAGE,
 };
 use backlog_operator::core::digest::sha256_hex;
+use backlog_operator::core::replay_plan::{StageName, job_name};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -55,6 +56,7 @@ fn main() -> ExitCode {
             a_restarted_operator_creates_one_job_per_stage,
             the_jobs_indices_cover_every_id_exactly_once,
             a_template_the_api_server_refuses_is_reported_before_the_start,
+            a_main_stage_job_the_api_server_refuses_is_refused_before_the_canary,
             kill_9_at_random_points_never_duplicates_or_skips_a_batch,
         ],
         true,
@@ -1513,6 +1515,58 @@ fn a_template_the_api_server_refuses_is_reported_before_the_start(env: &TestEnv)
         })
         .await;
         assert!(running.status.is_some());
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn a_main_stage_job_the_api_server_refuses_is_refused_before_the_canary(env: &TestEnv) {
+    // The longest name admitted (45 characters) and more than 100,000 batches: the canary's
+    // Job is fine, but the main stage's pods, <Job>-<index>, pass the 63 characters of a DNS
+    // label at index 100000. Found only at the main stage, the canary's events would have
+    // been replayed by then.
+    const NAME: &str = "orders-replay-for-the-schema-fix-of-release-7";
+    assert_eq!(NAME.len(), 45);
+    set_up(env);
+    let namespace = env.fresh_restricted_namespace("replay-too-large");
+    let operator = start_operator(env, &namespace);
+    let (alice, bob, admin) = (env.client("alice"), env.client("bob"), env.admin());
+    env.block_on(async {
+        let text: String = (0..100_002).map(|i| format!("e{i:06}\n")).collect();
+        let config_map: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "dead-letters"},
+            "data": {"ids": text},
+        }))
+        .expect("a ConfigMap");
+        Api::<ConfigMap>::namespaced(alice.clone(), &namespace)
+            .create(&PostParams::default(), &config_map)
+            .await
+            .expect("alice lists the dead letters");
+        let mut body = replay_body(NAME, "alice", &[], None);
+        body["spec"]["scope"] = json!({"eventIdsFrom": {"name": "dead-letters", "key": "ids"}});
+        body["spec"]["batches"] = json!({"size": 1, "canary": 1, "ratePerSecond": 1000});
+        let created = create_as(&alice, &namespace, body)
+            .await
+            .expect("alice creates");
+        approve_as(&bob, &namespace, NAME, "bob")
+            .await
+            .expect("bob approves");
+        let refused = wait_phase(&alice, &namespace, NAME, ReplayPhase::Refused).await;
+        let uid = created.uid().expect("uid");
+        let main_job = job_name(NAME, &uid, StageName::Main);
+        let status = refused.status.clone().expect("status");
+        assert_mentions(
+            status.message.as_deref().unwrap_or_default(),
+            &[&main_job, "main stage", "Nothing has run"],
+            "refused",
+        );
+        assert!(
+            status.stages.iter().all(|s| s.started_at.is_none()),
+            "nothing started"
+        );
+        assert!(
+            all_jobs(&admin, &namespace).await.is_empty(),
+            "no canary Job either"
+        );
     });
     assert_no_reconcile_errors(&operator);
 }

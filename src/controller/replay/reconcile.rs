@@ -331,26 +331,61 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     // A stage to start: the API server checks its Job first (a dry run), so a template it
     // refuses is reported before the start is recorded and the approval locked.
     let mut to_create = None;
-    if let (Some(Action::Start(record)), Ok(frozen)) = (&decision.action, &frozen) {
+    if let (Some(Action::Start(record)), Ok(frozen)) = (decision.action.clone(), &frozen) {
         let worker = ctx.base.worker_policy.default_account();
         // The uid was checked above, and a template that does not decode is refused before
         // any stage starts.
-        let job = job::build(replay, record, frozen, pacing, worker).ok_or(Error::Inconsistent(
-            "a stage to start whose Job cannot be built",
-        ))?;
+        let job = job::build(replay, &record, frozen, pacing, worker).ok_or(
+            Error::Inconsistent("a stage to start whose Job cannot be built"),
+        )?;
         let verdict = timed(
             || format!("validating Job {namespace}/{}", record.job),
             job::dry_run(&jobs, &job),
         )
         .await?
         .during(|| ApiCall::on::<Job>(Verb::Validate, &namespace, &record.job))?;
+        // Before the canary, the main stage's Job is checked too: one the API server refuses
+        // (its size, its pods' names) would stop the replay after the canary had run.
+        let verdict = match (verdict, record.stage.name) {
+            (Verdict::Valid, StageName::Canary) => {
+                match decision
+                    .stages
+                    .iter()
+                    .find(|s| s.stage.name == StageName::Main)
+                {
+                    Some(main) => {
+                        let main_job = job::build(replay, main, frozen, pacing, worker).ok_or(
+                            Error::Inconsistent("a main stage whose Job cannot be built"),
+                        )?;
+                        let main_verdict = timed(
+                            || format!("validating Job {namespace}/{}", main.job),
+                            job::dry_run(&jobs, &main_job),
+                        )
+                        .await?
+                        .during(|| ApiCall::on::<Job>(Verb::Validate, &namespace, &main.job))?;
+                        match main_verdict {
+                            Verdict::Refused(message) => {
+                                facts.rejected = Some((StageName::Main, message));
+                                decision = decide(&facts);
+                                None
+                            }
+                            // Taken or not, the main stage's name is looked at when it starts.
+                            Verdict::Valid | Verdict::Exists => Some(Verdict::Valid),
+                        }
+                    }
+                    None => Some(Verdict::Valid),
+                }
+            }
+            (verdict, _) => Some(verdict),
+        };
         match verdict {
-            Verdict::Valid => to_create = Some((record.clone(), job)),
-            Verdict::Refused(message) => {
+            None => {}
+            Some(Verdict::Valid) => to_create = Some((record, job)),
+            Some(Verdict::Refused(message)) => {
                 facts.rejected = Some((record.stage.name, message));
                 decision = decide(&facts);
             }
-            Verdict::Exists => {
+            Some(Verdict::Exists) => {
                 // Someone created a Job under the stage's name since it was read: look at it.
                 let found = jobs
                     .get_opt(&record.job)

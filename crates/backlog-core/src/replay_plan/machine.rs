@@ -561,12 +561,17 @@ fn before_start(
             stages,
         );
     }
-    if let Some((StageName::Canary, message)) = &facts.rejected {
+    // Every stage's Job is checked before the canary starts: one refused only at the main
+    // stage would stop the replay after the canary's events were replayed.
+    if let Some((stage, message)) = &facts.rejected {
+        let job = planned
+            .iter()
+            .find(|s| s.stage.name == *stage)
+            .map_or(canary.job.as_str(), |s| s.job.as_str());
         return Decision::new(
             ReplayPhase::Refused,
             format!(
-                "the API server refuses the canary Job {}: {message}. Fix spec.template: an approver removes spec.approval, the requester corrects the template, an approver approves again",
-                canary.job
+                "the API server refuses Job {job} of the {stage} stage: {message}. Nothing has run. Fix spec.template if the message names it (an approver removes spec.approval, the requester corrects the template, an approver approves again); a Job refused for its size or name needs a new ReplayJob with larger batches or a shorter name"
             ),
             stages,
         );

@@ -1032,6 +1032,27 @@ fn a_template_the_api_server_refuses_is_refused_before_the_start() {
 }
 
 #[test]
+fn a_main_stage_job_the_api_server_refuses_is_refused_before_the_canary() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    f.rejected = Some((
+        StageName::Main,
+        "spec.template.spec.hostname: orders-main-5e3c1a-100000 must be no more than 63 characters"
+            .into(),
+    ));
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Refused);
+    assert_eq!(decision.action, None);
+    assert!(
+        decision.message.contains("orders-main-5e3c1a"),
+        "{}",
+        decision.message
+    );
+    assert!(decision.message.contains("Nothing has run"));
+    assert!(decision.stages.iter().all(|s| s.started_at.is_none()));
+}
+
+#[test]
 fn a_spec_the_operator_refuses_is_refused_before_anyone_approves_and_halts_a_run() {
     let mut f = facts(12);
     f.approval = Err(ApprovalProblem::Missing {
