@@ -215,6 +215,9 @@ pub struct PrometheusSource {
     #[x_kube(validation = Rule::new("self.matches('^https?://[^\\\\s]+$')").message("prometheus.address must be an http:// or https:// URL such as http://prometheus.monitoring:9090"))]
     #[x_kube(validation = Rule::new("!self.matches('^https?://[^\\\\s]+$') || (isURL(self) && url(self).getHostname() != '')").message("prometheus.address must name a host, such as http://prometheus.monitoring:9090"))]
     #[x_kube(validation = Rule::new("!self.contains('/api/v1')").message("prometheus.address is the server's base URL, such as http://prometheus.monitoring:9090 (or one with its path prefix): the operator adds /api/v1/query itself"))]
+    // The operator refuses these too, but only after the spec (and a password in it) is stored.
+    #[x_kube(validation = Rule::new("!self.matches('^https?://[^/?#]*@') && !self.contains('?') && !self.contains('#')").message("prometheus.address must hold no user or password, query or fragment, such as http://prometheus.monitoring:9090: credentials in a spec are readable by everyone who reads it, and the operator adds the query itself"))]
+    #[x_kube(validation = Rule::new("!self.matches('^https?://[^/?#@]*:[0-9]*([/?#].*)?$') || self.matches('^https?://[^/?#@]*:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])([/?#].*)?$')").message("prometheus.address must have a port from 1 to 65535 if it names one, such as http://prometheus.monitoring:9090"))]
     pub address: String,
 }
 

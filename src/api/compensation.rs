@@ -60,7 +60,7 @@ pub use crate::core::phase::CompensationPhase;
         priority = 1
     )
 )]
-#[x_kube(validation = Rule::new("!has(self.approval) || self.approval.approvedBy != self.requestedBy").message("approval.approvedBy must differ from requestedBy: a compensation needs a second person's approval").field_path(".approval.approvedBy"))]
+#[x_kube(validation = Rule::new("!has(self.approval) || self.approval.approvedBy.lowerAscii() != self.requestedBy.lowerAscii()").message("approval.approvedBy must differ from requestedBy, also in letter case: a compensation needs a second person's approval").field_path(".approval.approvedBy"))]
 #[x_kube(validation = Rule::new("self.requestedBy == oldSelf.requestedBy").message("requestedBy is immutable after creation").field_path(".requestedBy"))]
 #[x_kube(validation = Rule::new(report_fits_rule()).message(kube::core::Message::Message(report_fits_message())).field_path(".proposedAction.subActions"))]
 #[serde(rename_all = "camelCase")]
@@ -85,6 +85,7 @@ pub struct CompensationSpec {
     pub reason_code: ReasonCode,
     /// The user asking; must be the user creating it.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = no_edge_space("requestedBy", "it is a user name, compared with the creating user and with approval.approvedBy"))]
     pub requested_by: String,
     /// A second person's approval of exactly the frozen request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,6 +188,7 @@ pub struct ProposedAction {
 pub struct CompensationApproval {
     /// Must be the user setting the approval, and not requestedBy.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = no_edge_space("approval.approvedBy", "it is a user name, compared with requestedBy and with the approving user"))]
     pub approved_by: String,
     /// The sha256 of the frozen request the approver reviewed (`status.request.sha256`).
     #[schemars(length(min = 64, max = 64))]

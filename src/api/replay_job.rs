@@ -5,7 +5,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::validation::{
-    DNS_SUBDOMAIN, INVISIBLE_CHARACTER, duration_at_most, non_negative_duration, not_blank,
+    DNS_SUBDOMAIN, INVISIBLE_CHARACTER, duration_at_most, is_trimmed, no_edge_space,
+    non_negative_duration, not_blank,
 };
 
 pub use crate::core::phase::ReplayPhase;
@@ -73,7 +74,7 @@ pub const MAX_INLINE_EVENT_IDS: usize = 5000;
         priority = 1
     )
 )]
-#[x_kube(validation = Rule::new("!has(self.approval) || self.approval.approvedBy != self.requestedBy").message("approval.approvedBy must differ from requestedBy: a replay needs a second person's approval").field_path(".approval.approvedBy"))]
+#[x_kube(validation = Rule::new("!has(self.approval) || self.approval.approvedBy.lowerAscii() != self.requestedBy.lowerAscii()").message("approval.approvedBy must differ from requestedBy, also in letter case: a replay needs a second person's approval").field_path(".approval.approvedBy"))]
 #[x_kube(validation = Rule::new("!has(self.destination) || self.destination.queue != self.source.queue").message("destination.queue must differ from source.queue: replaying into the queue the events are read from would loop them").field_path(".destination.queue"))]
 #[x_kube(validation = Rule::new("self.requestedBy == oldSelf.requestedBy").message("requestedBy is immutable after creation").field_path(".requestedBy"))]
 #[serde(rename_all = "camelCase")]
@@ -92,6 +93,7 @@ pub struct ReplayJobSpec {
     pub reason: String,
     /// The user asking for the replay; must be the user creating it.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = no_edge_space("requestedBy", "it is a user name, compared with the creating user and with approval.approvedBy"))]
     pub requested_by: String,
     /// The fix that makes the replay safe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,7 +157,15 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
                     "message": "a container's name must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit"
                 }]
             },
-            "image": {"type": "string", "minLength": 1, "maxLength": 4096},
+            "image": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 4096,
+                "x-kubernetes-validations": [{
+                    "rule": is_trimmed("self"),
+                    "message": "a container's image must not begin or end with a space or an invisible character: the Job is accepted, but none of its pods would be, and the replay would wait for the Job's deadline"
+                }]
+            },
             "command": strings,
             "args": strings,
             "workingDir": {"type": "string"},
@@ -180,8 +190,8 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
                     "x-kubernetes-preserve-unknown-fields": true,
                     "required": ["containerPort"],
                     "properties": {
-                        "containerPort": {"type": "integer", "format": "int32"},
-                        "hostPort": {"type": "integer", "format": "int32"},
+                        "containerPort": {"type": "integer", "format": "int32", "minimum": 1, "maximum": 65535},
+                        "hostPort": {"type": "integer", "format": "int32", "minimum": 0, "maximum": 65535},
                         "name": {"type": "string"},
                         "protocol": {"type": "string"}
                     }
@@ -224,7 +234,15 @@ pub(crate) fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars
                             "message": "template.spec.containers need distinct names"
                         }]
                     },
-                    "initContainers": {"type": "array", "maxItems": 64, "items": container},
+                    "initContainers": {
+                        "type": "array",
+                        "maxItems": 64,
+                        "items": container,
+                        "x-kubernetes-validations": [{
+                            "rule": "self.all(c, self.exists_one(d, d.name == c.name))",
+                            "message": "template.spec.initContainers need distinct names"
+                        }]
+                    },
                     "serviceAccountName": {"type": "string"},
                     "nodeSelector": string_map
                 }
@@ -278,7 +296,7 @@ pub struct ConfigMapKeyRef {
     #[x_kube(validation = Rule::new(format!("self.matches('^{DNS_SUBDOMAIN}$')")).message("scope.eventIdsFrom.name must be a ConfigMap's name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"))]
     pub name: String,
     #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$')").message("scope.eventIdsFrom.key must be a ConfigMap data key: letters, digits, '-', '_' and '.'"))]
+    #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$') && self != '.' && !self.startsWith('..')").message("scope.eventIdsFrom.key must be a ConfigMap data key: letters, digits, '-', '_' and '.', neither '.' nor starting with '..'"))]
     pub key: String,
 }
 
@@ -313,6 +331,7 @@ pub struct RootCauseFix {
 pub struct Approval {
     /// Must be the user setting the approval, and not requestedBy.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = no_edge_space("approval.approvedBy", "it is a user name, compared with requestedBy and with the approving user"))]
     pub approved_by: String,
     /// A change or ticket reference for the audit trail.
     #[serde(default, skip_serializing_if = "Option::is_none")]

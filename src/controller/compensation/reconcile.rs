@@ -282,7 +282,10 @@ fn check_approval(
             requested_by: spec.requested_by.clone(),
         });
     };
-    if approval.approved_by.trim().is_empty() || approval.approved_by == spec.requested_by {
+    // Compared as for replays: a user name differing only in letter case or edge spaces is
+    // the same person.
+    let approver = approval.approved_by.trim();
+    if approver.is_empty() || approver.eq_ignore_ascii_case(spec.requested_by.trim()) {
         return Err(ApprovalProblem::SelfApproved {
             approved_by: approval.approved_by.clone(),
         });
@@ -588,5 +591,51 @@ impl CompensationEffects<'_> {
 impl Effects<CompensationStep> for CompensationEffects<'_> {
     fn perform(&self, step: &CompensationStep) -> impl Future<Output = Result<(), Error>> + Send {
         self.perform_step(step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn approved_by(approver: &str) -> Compensation {
+        serde_json::from_value(json!({
+            "apiVersion": "backlog.dev/v1alpha1",
+            "kind": "Compensation",
+            "metadata": {"name": "refund", "namespace": "team"},
+            "spec": {
+                "compensationId": "refund-o-1",
+                "sourceEventId": "evt-1",
+                "businessKey": "order/o-1",
+                "reasonCode": "DuplicateEffect",
+                "requestedBy": "alice",
+                "expectedCurrentStateAndVersion": {"resource": "payments/o-1", "state": "CAPTURED_TWICE", "version": "7"},
+                "proposedAction": {"description": "refund", "subActions": ["refund"]},
+                "affectedResources": ["payments/o-1"],
+                "dryRunEvidence": "dry run",
+                "template": {"spec": {"containers": [{"name": "worker", "image": "w:1"}]}},
+                "approval": {"approvedBy": approver, "requestSha256": "a".repeat(64), "specSha256": "b".repeat(64)},
+            },
+        }))
+        .expect("a Compensation")
+    }
+
+    #[test]
+    fn the_requester_in_another_letter_case_is_still_the_requester() {
+        for approver in ["alice", "Alice", " ALICE ", " "] {
+            let problem = check_approval(&approved_by(approver), Some(&"a".repeat(64)), "c")
+                .expect_err(approver);
+            assert!(
+                matches!(problem, ApprovalProblem::SelfApproved { .. }),
+                "{approver:?}: {problem:?}"
+            );
+        }
+        // Someone else gets past the four-eyes check (to the digests).
+        let other = check_approval(&approved_by("bob"), Some(&"a".repeat(64)), "c");
+        assert!(
+            matches!(other, Err(ApprovalProblem::SpecMismatch { .. })),
+            "{other:?}"
+        );
     }
 }
