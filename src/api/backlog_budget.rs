@@ -1,12 +1,14 @@
 //! `BacklogBudget` (`bb`): one consumer workload and its promise in time.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
+use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::validation::{
     DNS_SUBDOMAIN, duration_at_least, duration_at_least_literal, duration_at_most,
-    duration_not_below, duration_shorter, non_negative_duration, not_blank, positive_duration,
+    duration_not_below, duration_shorter, is_duration, non_negative_duration, not_blank,
+    positive_duration,
 };
 
 pub use crate::core::capacity_estimate::CapacitySource;
@@ -90,6 +92,8 @@ pub use crate::core::phase::BudgetPhase;
 #[x_kube(validation = Rule::new("!has(self.partitionCount) || self.minReplicas <= self.partitionCount").message("minReplicas must not exceed partitionCount: consumers beyond the partition count get no partition and idle; lower minReplicas").field_path(".minReplicas"))]
 #[x_kube(validation = duration_shorter(&["pollInterval"], &["completionDeadline"], true, "completionDeadline must be at least pollInterval: the operator looks once per pollInterval, so a shorter deadline passes between two looks; lengthen completionDeadline or shorten pollInterval", ".completionDeadline"))]
 #[x_kube(validation = duration_shorter(&["scaling", "rebalanceCost"], &["completionDeadline"], false, "scaling.rebalanceCost must be shorter than completionDeadline: every scale change stops consumption that long, so none could keep the deadline; measure the rebalance again or lengthen completionDeadline", ".scaling.rebalanceCost"))]
+#[x_kube(validation = duration_shorter(&["pollInterval"], &["scaling", "targetDrainTime"], true, "scaling.targetDrainTime must be at least pollInterval: the operator looks once per pollInterval, so no backlog can be seen drained sooner, and every plan would fail it; lengthen targetDrainTime or shorten pollInterval", ".scaling.targetDrainTime"))]
+#[x_kube(validation = class_windows_cover_a_poll())]
 #[x_kube(validation = duration_shorter(&["scaling", "scaleUpStabilization"], &["completionDeadline"], false, "scaling.scaleUpStabilization must be shorter than completionDeadline: a scale-up held that long comes after the deadline has passed; shorten it (0s, the default, acts at once)", ".scaling.scaleUpStabilization"))]
 #[x_kube(validation = Rule::new("has(self.capacity) && has(self.capacity.perReplicaRate) || has(self.metrics.completionRate)").message("capacity.perReplicaRate is unset, so it is measured from metrics.completionRate, which is unset too; set one of them"))]
 #[serde(rename_all = "camelCase")]
@@ -205,6 +209,29 @@ pub struct LocalRef {
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new(format!("self.matches('^{DNS_SUBDOMAIN}$')")).message("the name must be an object's name in this namespace: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (no namespace/ prefix, no spaces)"))]
     pub name: String,
+}
+
+/// Rule: every event class's `pausePolicy.for` and `openDuration` span at least one poll.
+/// The ratio is read once per poll and a pause is seen by the consumers at the next one, so a
+/// shorter span decides on one reading, or ends before anyone saw it.
+fn class_windows_cover_a_poll() -> Rule {
+    let poll = "self.pollInterval";
+    let covers = |field: &str| {
+        let value = format!("c.pausePolicy.{field}");
+        format!(
+            "!has({value}) || !{} || duration({value}) >= duration({poll})",
+            is_duration(&value)
+        )
+    };
+    Rule::new(format!(
+        "!has(self.eventClasses) || !has({poll}) || !{} || self.eventClasses.all(c, !has(c.pausePolicy) || (({}) && ({})))",
+        is_duration(poll),
+        // `for` is a CEL keyword; the API server escapes such field names so.
+        covers("__for__"),
+        covers("openDuration"),
+    ))
+    .message("every eventClasses[].pausePolicy.for and openDuration must be at least pollInterval: the failure ratio is read once per poll and a pause is seen at the next one, so a shorter span decides on one reading or ends unseen; lengthen them or shorten pollInterval")
+    .field_path(".eventClasses")
 }
 
 /// A Prometheus server.
