@@ -57,6 +57,7 @@ fn main() -> ExitCode {
             the_jobs_indices_cover_every_id_exactly_once,
             a_template_the_api_server_refuses_is_reported_before_the_start,
             a_main_stage_job_the_api_server_refuses_is_refused_before_the_canary,
+            a_pace_no_job_can_keep_is_refused_before_the_approval,
             kill_9_at_random_points_never_duplicates_or_skips_a_batch,
         ],
         true,
@@ -1567,6 +1568,31 @@ fn a_main_stage_job_the_api_server_refuses_is_refused_before_the_canary(env: &Te
             all_jobs(&admin, &namespace).await.is_empty(),
             "no canary Job either"
         );
+    });
+    assert_no_reconcile_errors(&operator);
+}
+
+fn a_pace_no_job_can_keep_is_refused_before_the_approval(env: &TestEnv) {
+    // Three events at 3e-7 per second take 115 days: the stage's Job, whose deadline is at most
+    // 30 days, would be stopped part-way weeks after the start.
+    set_up(env);
+    let namespace = env.fresh_restricted_namespace("replay-too-slow");
+    let operator = start_operator(env, &namespace);
+    let (alice, admin) = (env.client("alice"), env.admin());
+    env.block_on(async {
+        let mut body = replay_body("orders", "alice", &["a", "b", "c"], None);
+        body["spec"]["batches"]["ratePerSecond"] = json!(3e-7);
+        create_as(&alice, &namespace, body)
+            .await
+            .expect("alice creates");
+        let refused = wait_phase(&alice, &namespace, "orders", ReplayPhase::Refused).await;
+        let message = refused.status.and_then(|s| s.message).unwrap_or_default();
+        assert_mentions(
+            &message,
+            &["ratePerSecond", "30 days", "Nothing has run"],
+            "refused",
+        );
+        assert!(all_jobs(&admin, &namespace).await.is_empty(), "no Job");
     });
     assert_no_reconcile_errors(&operator);
 }

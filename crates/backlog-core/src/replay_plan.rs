@@ -430,6 +430,19 @@ pub const MIN_STAGE_DEADLINE_SECONDS: i64 = 600;
 /// The largest deadline of a stage's Job (30 days): a replay slower than this is mis-paced.
 pub const MAX_STAGE_DEADLINE_SECONDS: i64 = 30 * 24 * 3600;
 
+/// The least time a stage can take at the replay's pace: its events at the rate and the
+/// pauses between its batches, with no start-up time and no retry. `None` for a pace that
+/// gives no time (a rate of 0).
+pub fn stage_least_seconds(stage: &Stage, pacing: Pacing) -> Option<f64> {
+    let rate = pacing.rate_per_second;
+    if !(rate.is_finite() && rate > 0.0) {
+        return None;
+    }
+    let pauses = f64::from(stage.batches().saturating_sub(1));
+    let pause = pacing.pause_between_seconds.max(0.0);
+    Some(f64::from(stage.events) / rate + pauses * pause)
+}
+
 /// `activeDeadlineSeconds` of a stage's Job: twice the time its batches need at the replay's
 /// rate, with their pauses, a start-up allowance per batch and every allowed retry, so a worker
 /// that hangs cannot hold the queue forever while a healthy one never meets it.

@@ -8,8 +8,8 @@ use jiff::Timestamp;
 
 use super::{
     ApprovalProblem, BatchPlan, CheckOutcome, CheckResult, Halt, JobObservation, JobOutcome,
-    JobView, Pacing, PlanProblem, QueueState, Stage, StageName, StageRecord, expected_shape,
-    stages,
+    JobView, MAX_STAGE_DEADLINE_SECONDS, Pacing, PlanProblem, QueueState, Stage, StageName,
+    StageRecord, expected_shape, stage_least_seconds, stages,
 };
 use crate::condition::{ConditionSpec, Truth};
 use crate::phase::ReplayPhase;
@@ -534,6 +534,25 @@ fn before_start(
             refusal(facts)
         );
         return Decision::new(ReplayPhase::Refused, message, stages);
+    }
+    // A stage slower than the longest deadline a Job gets would be stopped part-way, days in:
+    // said before anyone approves it too.
+    if let Some((stage, seconds)) = self::stages(count, plan).into_iter().find_map(|s| {
+        stage_least_seconds(&s, facts.pacing)
+            .filter(|seconds| *seconds > MAX_STAGE_DEADLINE_SECONDS as f64)
+            .map(|seconds| (s.name, seconds))
+    }) {
+        return Decision::new(
+            ReplayPhase::Refused,
+            format!(
+                "at spec.batches.ratePerSecond {} with pauseBetween {}s, the {stage} stage needs at least {:.0} hours, beyond the {} days a Job may run: its Job would be stopped part-way. Nothing has run. Raise ratePerSecond or batches.size, shorten pauseBetween, or split the ids into several replays",
+                facts.pacing.rate_per_second,
+                facts.pacing.pause_between_seconds,
+                seconds / 3600.0,
+                MAX_STAGE_DEADLINE_SECONDS / 86_400
+            ),
+            stages,
+        );
     }
     let approver = match &facts.approval {
         Ok(approver) => approver.clone(),

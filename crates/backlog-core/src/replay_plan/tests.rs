@@ -1053,6 +1053,28 @@ fn a_main_stage_job_the_api_server_refuses_is_refused_before_the_canary() {
 }
 
 #[test]
+fn a_pace_slower_than_a_jobs_longest_deadline_is_refused_before_the_start() {
+    let mut f = facts(12);
+    f.queue = Some(QueueState::Free);
+    // 12 events at one per ~3 days: the main stage needs 33 days.
+    f.pacing.rate_per_second = 1.0 / (3.0 * 86_400.0);
+    let decision = decide(&f);
+    assert_eq!(decision.phase, ReplayPhase::Refused, "{}", decision.message);
+    assert_eq!(decision.action, None);
+    assert!(decision.message.contains("30 days"), "{}", decision.message);
+    assert!(decision.message.contains("ratePerSecond"));
+    // Said before anyone approves it.
+    let mut unapproved = f.clone();
+    unapproved.approval = Err(ApprovalProblem::Missing {
+        requested_by: "alice".into(),
+    });
+    assert_eq!(decide(&unapproved).phase, ReplayPhase::Refused);
+    // At a pace that fits, it starts.
+    f.pacing.rate_per_second = 1.0 / 86_400.0;
+    assert!(matches!(decide(&f).action, Some(Action::Start(_))));
+}
+
+#[test]
 fn a_spec_the_operator_refuses_is_refused_before_anyone_approves_and_halts_a_run() {
     let mut f = facts(12);
     f.approval = Err(ApprovalProblem::Missing {
