@@ -178,6 +178,7 @@ pub struct ProposedAction {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
     #[x_kube(validation = Rule::new("self.all(k, size(k) > 0 && size(self[k]) <= 4096)").message("proposedAction.parameters need non-empty names and values of at most 4096 characters: the frozen request must fit the ConfigMap it is kept in"))]
+    #[x_kube(validation = Rule::new(format!("self.all(k, {})", is_trimmed("k"))).message("proposedAction.parameters names must not be blank or begin or end with a space or an invisible character: the worker looks a parameter up by its exact name, and `amount` and `amount ` would be two"))]
     pub parameters: BTreeMap<String, String>,
 }
 
