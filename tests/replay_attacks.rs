@@ -1230,6 +1230,24 @@ fn a_template_that_is_not_a_pod_template_holds_up_no_other_replay(env: &TestEnv)
             ],
             "mistyped template",
         );
+        // A misspelled field would be dropped by decoding: the worker would run without the
+        // limits the approver read.
+        let mut body = replay("misspelled", "alice", "a33.dlq", &["e-1"]);
+        body["spec"]["template"]["spec"]["containers"][0]["resourcez"] =
+            json!({"limits": {"memory": "64Mi"}});
+        create(&env.client("alice"), ns, body)
+            .await
+            .expect("the API server stores a template it does not check");
+        let refused = wait_phase(env, ns, "misspelled", ReplayPhase::Refused).await;
+        let admitted = condition(&refused, "Admitted").expect("Admitted");
+        assert_mentions(
+            &admitted.message,
+            &[
+                "spec.template.spec.containers[0].resourcez is not what a Pod takes",
+                "no such field",
+            ],
+            "misspelled template",
+        );
     });
 }
 
@@ -1364,7 +1382,7 @@ fn a_pod_cannot_claim_a_replay_job(env: &TestEnv) {
     let world = world(env);
     let ns = &world.team;
     env.block_on(async {
-        let canary = running_canary(env, ns, "claimed", "a30.dlq").await;
+        let canary = running_canary(env, ns, "claimed", "a32.dlq").await;
         let uid = canary.uid().expect("the canary's uid");
         let pods_as_mallory = Api::<Pod>::namespaced(env.client("mallory"), ns);
         let pod = |name: &str, labels: Value| -> Pod {

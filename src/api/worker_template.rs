@@ -45,12 +45,59 @@ impl fmt::Display for UndecodableTemplate {
 }
 
 impl WorkerTemplate {
-    /// The template as a `PodTemplateSpec`, or the first field that is not one.
+    /// The template as a `PodTemplateSpec`, or the first field that is not one. A field the
+    /// Pod API does not have (misspelled, or newer than this operator) is refused too: decoding
+    /// would drop it, and the worker would run without what the approver read.
     pub fn decode(&self) -> Result<PodTemplateSpec, UndecodableTemplate> {
-        serde_path_to_error::deserialize(&self.0).map_err(|error| UndecodableTemplate {
-            path: error.path().to_string(),
-            problem: error.into_inner().to_string(),
-        })
+        let template: PodTemplateSpec =
+            serde_path_to_error::deserialize(&self.0).map_err(|error| UndecodableTemplate {
+                path: error.path().to_string(),
+                problem: error.into_inner().to_string(),
+            })?;
+        let kept = serde_json::to_value(&template).unwrap_or_default();
+        match first_dropped(&self.0, &kept, "") {
+            Some(path) => Err(UndecodableTemplate {
+                path,
+                problem: "a Pod has no such field (misspelled, or newer than this operator), so \
+                          the worker would run without it"
+                    .to_owned(),
+            }),
+            None => Ok(template),
+        }
+    }
+}
+
+/// The first field of `written` (by its path) that is not in `kept`, the template decoded and
+/// encoded again. A field written as null says nothing and is not counted.
+fn first_dropped(
+    written: &serde_json::Value,
+    kept: &serde_json::Value,
+    path: &str,
+) -> Option<String> {
+    use serde_json::Value;
+    match (written, kept) {
+        (Value::Object(fields), Value::Object(kept_fields)) => {
+            fields.iter().find_map(|(name, value)| {
+                let inner = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                match kept_fields.get(name) {
+                    _ if value.is_null() => None,
+                    Some(kept_value) => first_dropped(value, kept_value, &inner),
+                    None => Some(inner),
+                }
+            })
+        }
+        (Value::Array(items), Value::Array(kept_items)) => items
+            .iter()
+            .zip(kept_items)
+            .enumerate()
+            .find_map(|(index, (item, kept_item))| {
+                first_dropped(item, kept_item, &format!("{path}[{index}]"))
+            }),
+        _ => None,
     }
 }
 
@@ -104,6 +151,55 @@ mod tests {
                 "{template}: {message}"
             );
         }
+    }
+
+    #[test]
+    fn a_field_the_pod_api_does_not_have_is_named_not_dropped() {
+        for (template, path) in [
+            (
+                json!({"spec": {"nodeSelecter": {"disk": "ssd"},
+                    "containers": [{"name": "w", "image": "i"}]}}),
+                "spec.template.spec.nodeSelecter",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "w", "image": "i",
+                    "resourcez": {"limits": {"cpu": "1"}}}]}}),
+                "spec.template.spec.containers[0].resourcez",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "w", "image": "i",
+                    "env": [{"name": "A", "value": "1"}, {"name": "B", "valu": "2"}]}]}}),
+                "spec.template.spec.containers[0].env[1].valu",
+            ),
+            (
+                json!({"metadata": {"labelz": {"a": "b"}},
+                    "spec": {"containers": [{"name": "w", "image": "i"}]}}),
+                "spec.template.metadata.labelz",
+            ),
+        ] {
+            let message = WorkerTemplate::from(template.clone())
+                .decode()
+                .expect_err("refused")
+                .to_string();
+            assert!(
+                message.starts_with(&format!(
+                    "{path} is not what a Pod takes: a Pod has no such field"
+                )),
+                "{template}: {message}"
+            );
+        }
+        // What generated YAML often holds decodes: nulls, empty maps and lists, quantities
+        // and ports written either way.
+        let generated = json!({
+            "metadata": {"creationTimestamp": null, "labels": {}},
+            "spec": {
+                "containers": [{"name": "w", "image": "i", "resources": {"limits": {"cpu": 1, "memory": "64Mi"}},
+                    "ports": [{"containerPort": 8080, "protocol": "TCP"}], "env": [],
+                    "securityContext": {"capabilities": {"drop": ["ALL"]}}}],
+                "tolerations": [], "restartPolicy": "Never",
+            },
+        });
+        WorkerTemplate::from(generated).decode().expect("decodes");
     }
 
     #[test]
