@@ -488,7 +488,7 @@ pub struct EventClass {
     pub execution_rate: String,
     /// Fewest executions per second before the breaker decides anything; default 1.
     #[serde(default = "default_min_rate")]
-    #[schemars(range(min = 0.0))]
+    #[schemars(range(min = 0.0, max = 1_000_000_000.0))]
     pub min_rate: f64,
     /// PromQL: this class's backlog, taken out of the scaling input while it is paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -385,6 +385,7 @@ pub struct BatchSettings {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct VerificationCheck {
     #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = no_edge_space("verification[].name", "it names the check in the Verified condition and keys the list, where '  ' names nothing"))]
     pub name: String,
     /// PromQL returning one sample; the check holds when the value is non-zero
     /// (write comparisons with `bool`, e.g. `sum(dup_total) == bool 0`).
