@@ -26,8 +26,8 @@ use crate::controller::error::{ApiCall, During, Error, Verb};
 use crate::controller::plan::Effects;
 use crate::core::replay_plan::{
     Action, ApprovalClaim, BatchPlan, CheckOutcome, CheckResult, DEFAULT_VERIFICATION_DELAY,
-    FrozenList, Need, Pacing, QueueState, ReplayFacts, ScopeFacts, StageName, check_approval,
-    check_result, decide, job_name, queue_state, remembered_stages,
+    FrozenList, Need, Pacing, QueueState, ReplayFacts, ScopeFacts, StageName, StageRecord,
+    check_approval, check_result, decide, job_name, queue_state, remembered_stages,
 };
 use crate::metrics_source::NO_PROMETHEUS;
 
@@ -69,6 +69,30 @@ async fn timed<T>(
             what: what(),
             seconds: API_TIMEOUT.as_secs(),
         })
+}
+
+/// A stage's Job as the operator would create it, and the API server's verdict on it (a dry
+/// run).
+async fn checked_job(
+    replay: &ReplayJob,
+    record: &StageRecord,
+    frozen: &crate::api::replay_job::FrozenScope,
+    pacing: Pacing,
+    worker: &str,
+    jobs: &Api<Job>,
+) -> Result<(Job, Verdict), Error> {
+    let namespace = replay.namespace().unwrap_or_default();
+    // The uid was checked before, and a template that does not decode is refused before any
+    // stage starts.
+    let job = job::build(replay, record, frozen, pacing, worker)
+        .ok_or(Error::Inconsistent("a stage's Job cannot be built"))?;
+    let verdict = timed(
+        || format!("validating Job {namespace}/{}", record.job),
+        job::dry_run(jobs, &job),
+    )
+    .await?
+    .during(|| ApiCall::on::<Job>(Verb::Validate, &namespace, &record.job))?;
+    Ok((job, verdict))
 }
 
 /// Forgets the children the status has caught up with.
@@ -333,17 +357,8 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
     let mut to_create = None;
     if let (Some(Action::Start(record)), Ok(frozen)) = (decision.action.clone(), &frozen) {
         let worker = ctx.base.worker_policy.default_account();
-        // The uid was checked above, and a template that does not decode is refused before
-        // any stage starts.
-        let job = job::build(replay, &record, frozen, pacing, worker).ok_or(
-            Error::Inconsistent("a stage to start whose Job cannot be built"),
-        )?;
-        let verdict = timed(
-            || format!("validating Job {namespace}/{}", record.job),
-            job::dry_run(&jobs, &job),
-        )
-        .await?
-        .during(|| ApiCall::on::<Job>(Verb::Validate, &namespace, &record.job))?;
+        let checked = |record| checked_job(replay, record, frozen, pacing, worker, &jobs);
+        let (job, verdict) = checked(&record).await?;
         // Before the canary, the main stage's Job is checked too: one the API server refuses
         // (its size, its pods' names) would stop the replay after the canary had run.
         let verdict = match (verdict, record.stage.name) {
@@ -354,15 +369,7 @@ pub async fn reconcile(replay: &ReplayJob, ctx: &ReplayContext) -> Result<Requeu
                     .find(|s| s.stage.name == StageName::Main)
                 {
                     Some(main) => {
-                        let main_job = job::build(replay, main, frozen, pacing, worker).ok_or(
-                            Error::Inconsistent("a main stage whose Job cannot be built"),
-                        )?;
-                        let main_verdict = timed(
-                            || format!("validating Job {namespace}/{}", main.job),
-                            job::dry_run(&jobs, &main_job),
-                        )
-                        .await?
-                        .during(|| ApiCall::on::<Job>(Verb::Validate, &namespace, &main.job))?;
+                        let (_, main_verdict) = checked(main).await?;
                         match main_verdict {
                             Verdict::Refused(message) => {
                                 facts.rejected = Some((StageName::Main, message));

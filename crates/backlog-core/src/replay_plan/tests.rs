@@ -821,15 +821,21 @@ fn the_main_job_found_before_its_start_halts() {
     assert!(!matches!(decision.action, Some(Action::Start(_))));
 }
 
-#[test]
-fn a_job_edited_after_its_creation_halts_and_is_suspended() {
+/// Facts of a replay whose canary the operator just started, and the canary's Job as created.
+fn started_canary() -> (ReplayFacts, JobView) {
     let mut f = facts(12);
     f.queue = Some(QueueState::Free);
     let started = decide(&f);
-    let mut f = apply(f, &started);
-    let JobObservation::Present(mut job) = job_of(&f, StageName::Canary).clone() else {
+    let f = apply(f, &started);
+    let JobObservation::Present(job) = job_of(&f, StageName::Canary).clone() else {
         panic!("the canary Job");
     };
+    (f, job)
+}
+
+#[test]
+fn a_job_edited_after_its_creation_halts_and_is_suspended() {
+    let (mut f, mut job) = started_canary();
     job.shape.parallelism = Some(10);
     f.jobs = vec![(StageName::Canary, JobObservation::Present(job))];
     let decision = decide(&f);
@@ -846,13 +852,7 @@ fn a_job_edited_after_its_creation_halts_and_is_suspended() {
 
 #[test]
 fn a_job_its_replay_no_longer_owns_halts_and_is_suspended() {
-    let mut f = facts(12);
-    f.queue = Some(QueueState::Free);
-    let started = decide(&f);
-    let mut f = apply(f, &started);
-    let JobObservation::Present(mut job) = job_of(&f, StageName::Canary).clone() else {
-        panic!("the canary Job");
-    };
+    let (mut f, mut job) = started_canary();
     job.owned_by_replay = false;
     f.jobs = vec![(StageName::Canary, JobObservation::Present(job.clone()))];
     let decision = decide(&f);
