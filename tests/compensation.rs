@@ -157,6 +157,25 @@ async fn wait_phase(
     .await
 }
 
+/// alice asks for the plain refund `refund` with compensation id `id`; it, once it awaits
+/// approval (its request frozen).
+async fn alice_asks_refund(env: &TestEnv, namespace: &str, id: &str) -> Compensation {
+    create_as(
+        &env.client("alice"),
+        namespace,
+        body("refund", id, "alice", json!([])),
+    )
+    .await
+    .expect("alice asks");
+    wait_phase(
+        env,
+        namespace,
+        "refund",
+        CompensationPhase::AwaitingApproval,
+    )
+    .await
+}
+
 /// `approver`'s approval of the request and the spec with these digests.
 fn approval(approver: &str, request_sha256: &str, spec_sha256: &str) -> Value {
     CompensationReview {
@@ -441,20 +460,7 @@ fn an_approved_compensation_records_each_sub_action_and_a_duplicate_runs_nothing
     let _operator = start_operator(env, &namespace);
     let alice = env.client("alice");
     env.block_on(async {
-        create_as(
-            &alice,
-            &namespace,
-            body("refund", "refund-o-123", "alice", json!([])),
-        )
-        .await
-        .expect("alice asks");
-        let waiting = wait_phase(
-            env,
-            &namespace,
-            "refund",
-            CompensationPhase::AwaitingApproval,
-        )
-        .await;
+        let waiting = alice_asks_refund(env, &namespace, "refund-o-123").await;
         assert!(
             jobs(env, &namespace).await.is_empty(),
             "nothing runs before the approval"
@@ -785,20 +791,7 @@ fn a_template_that_is_not_a_pod_template_holds_up_no_other_compensation(env: &Te
         create_as(&alice, &namespace, mistyped)
             .await
             .expect("the API server stores a template it does not check");
-        create_as(
-            &alice,
-            &namespace,
-            body("refund", "refund-o-2", "alice", json!([])),
-        )
-        .await
-        .expect("alice asks");
-        wait_phase(
-            env,
-            &namespace,
-            "refund",
-            CompensationPhase::AwaitingApproval,
-        )
-        .await;
+        alice_asks_refund(env, &namespace, "refund-o-2").await;
         let refused = wait_phase(env, &namespace, "mistyped", CompensationPhase::Refused).await;
         let message = refused.status.and_then(|s| s.message).unwrap_or_default();
         assert_mentions(
@@ -820,20 +813,7 @@ fn a_pod_that_only_carries_the_jobs_label_cannot_report(env: &TestEnv) {
     let namespace = env.fresh_restricted_namespace("comp-forged");
     let _operator = start_operator(env, &namespace);
     env.block_on(async {
-        create_as(
-            &env.client("alice"),
-            &namespace,
-            body("refund", "refund-o-77", "alice", json!([])),
-        )
-        .await
-        .expect("alice asks");
-        let waiting = wait_phase(
-            env,
-            &namespace,
-            "refund",
-            CompensationPhase::AwaitingApproval,
-        )
-        .await;
+        let waiting = alice_asks_refund(env, &namespace, "refund-o-77").await;
         let request = waiting
             .status
             .and_then(|s| s.request)

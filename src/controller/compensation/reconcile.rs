@@ -600,25 +600,13 @@ mod tests {
     use serde_json::json;
 
     fn approved_by(approver: &str) -> Compensation {
-        serde_json::from_value(json!({
-            "apiVersion": "backlog.dev/v1alpha1",
-            "kind": "Compensation",
-            "metadata": {"name": "refund", "namespace": "team"},
-            "spec": {
-                "compensationId": "refund-o-1",
-                "sourceEventId": "evt-1",
-                "businessKey": "order/o-1",
-                "reasonCode": "DuplicateEffect",
-                "requestedBy": "alice",
-                "expectedCurrentStateAndVersion": {"resource": "payments/o-1", "state": "CAPTURED_TWICE", "version": "7"},
-                "proposedAction": {"description": "refund", "subActions": ["refund"]},
-                "affectedResources": ["payments/o-1"],
-                "dryRunEvidence": "dry run",
-                "template": {"spec": {"containers": [{"name": "worker", "image": "w:1"}]}},
-                "approval": {"approvedBy": approver, "requestSha256": "a".repeat(64), "specSha256": "b".repeat(64)},
-            },
-        }))
-        .expect("a Compensation")
+        let mut compensation = super::request::tests::compensation("refund", "u-1");
+        compensation.spec.approval = Some(
+            serde_json::from_value(json!({"approvedBy": approver,
+                "requestSha256": "a".repeat(64), "specSha256": "b".repeat(64)}))
+            .expect("an approval"),
+        );
+        compensation
     }
 
     #[test]

@@ -240,10 +240,11 @@ pub async fn create(api: &Api<ConfigMap>, config_map: &ConfigMap) -> Result<(), 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn compensation(name: &str, uid: &str) -> Compensation {
+    /// A refund of two sub-actions asked for by alice, not approved.
+    pub(in crate::controller::compensation) fn compensation(name: &str, uid: &str) -> Compensation {
         let mut compensation: Compensation = serde_json::from_value(serde_json::json!({
             "apiVersion": "backlog.dev/v1alpha1",
             "kind": "Compensation",
